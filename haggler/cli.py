@@ -1,0 +1,166 @@
+"""The ``haggler`` command. Each subcommand imports what it needs only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from haggler.generate import generate_scenarios
+    from haggler.scenario import write_scenarios
+
+    if args.n < 1:
+        raise ValueError(f"--n must be at least 1, got {args.n}")
+    if args.max_turns < 2:
+        raise ValueError(f"--max-turns must be at least 2, got {args.max_turns}")
+    scenarios = generate_scenarios(args.n, args.seed, max_turns=args.max_turns)
+    write_scenarios(scenarios, args.out)
+    print(f"wrote {len(scenarios)} scenarios to {args.out}")
+    return 0
+
+
+def cmd_import_genius(args: argparse.Namespace) -> int:
+    from haggler.genius import import_genius
+    from haggler.scenario import iter_scenarios, write_scenarios
+
+    scenario = import_genius(
+        args.domain, args.seller, args.buyer, scenario_id=args.id, context=args.context, max_turns=args.max_turns
+    )
+    out = Path(args.out)
+    kept = [s for s in iter_scenarios(out) if s.id != scenario.id] if args.append and out.exists() else []
+    write_scenarios([*kept, scenario], out)
+    n = len(scenario.issues)
+    print(f"imported {scenario.id!r} ({n} issues, {scenario.n_outcomes} outcomes) into {out}")
+    for side in ("seller", "buyer"):
+        meta = scenario.source[side]
+        if meta["discount_factor"] not in (None, 1.0):
+            print(f"note: {side} discount factor {meta['discount_factor']} recorded, not applied (undiscounted)")
+        if not meta["reservation_given"]:
+            print(f"note: {side} profile gives no reservation value; using 0 as Genius does")
+    return 0
+
+
+def cmd_grid(args: argparse.Namespace) -> int:
+    from haggler.agents import check_spec
+    from haggler.grid import make_grid, write_grid
+    from haggler.scenario import load_scenarios
+
+    buyers = [check_spec(b) for b in _csv(args.buyers)]
+    scenarios = load_scenarios(args.scenarios)
+    cells = make_grid(list(scenarios), buyers, _csv(args.openers), repeats=args.repeats, seed=args.seed)
+    write_grid(cells, args.out)
+    print(f"wrote {len(cells)} cells ({len(scenarios)} scenarios x {len(buyers)} buyers"
+          f" x {len(_csv(args.openers))} openers x {args.repeats} repeats) to {args.out}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from haggler.evaluate import RunSettings, run
+
+    report = run(
+        args.grid, args.scenarios, args.seller, args.out,
+        settings=RunSettings(no_deal=args.no_deal, max_invalid=args.max_invalid),
+        progress=not args.no_progress,
+    )
+    print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
+    return 1 if report.errors else 0
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from haggler.results import latest, read_records
+    from haggler.summary import render, summarize
+
+    records = []
+    for path in args.results:
+        if not Path(path).exists():
+            raise ValueError(f"{path}: no such results file")
+        records.extend(latest(read_records(path)).values())
+    if not records:
+        raise ValueError("the results files hold no records")
+    render(summarize(records))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from haggler.demo import scripted_tournament
+
+    scripted_tournament(Path(args.out), n_scenarios=args.n)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="haggler", description="Negotiation scenarios, agents, runs and results.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sc = sub.add_parser("scenarios", help="generate or import scenarios").add_subparsers(dest="action", required=True)
+    g = sc.add_parser("generate", help="write N seeded scenarios as JSON lines")
+    g.add_argument("--n", type=int, required=True)
+    g.add_argument("--seed", type=int, required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--max-turns", type=int, default=10, help="turns allowed per negotiation, both sides counted")
+    g.set_defaults(func=cmd_generate)
+
+    gi = sc.add_parser("import-genius", help="import a Genius domain and two profiles as one scenario")
+    gi.add_argument("domain")
+    gi.add_argument("--seller", required=True, help="the seller's preference profile (XML)")
+    gi.add_argument("--buyer", required=True, help="the buyer's preference profile (XML)")
+    gi.add_argument("--out", required=True)
+    gi.add_argument("--id", default=None, help="scenario id (default: from the file names)")
+    gi.add_argument("--context", default=None, help="the product in plain words")
+    gi.add_argument("--max-turns", type=int, default=20)
+    gi.add_argument("--append", action="store_true", help="add to OUT instead of replacing it")
+    gi.set_defaults(func=cmd_import_genius)
+
+    gr = sub.add_parser("grid", help="write the evaluation grid: one line per negotiation cell")
+    gr.add_argument("--scenarios", required=True)
+    gr.add_argument("--buyers", required=True, help="comma-separated buyer specs")
+    gr.add_argument("--openers", default="seller,buyer")
+    gr.add_argument("--repeats", type=int, default=1)
+    gr.add_argument("--seed", type=int, default=0)
+    gr.add_argument("--out", required=True)
+    gr.set_defaults(func=cmd_grid)
+
+    r = sub.add_parser("run", help="play every cell of a grid with one seller; resumable")
+    r.add_argument("--grid", required=True)
+    r.add_argument("--scenarios", required=True)
+    r.add_argument("--seller", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--no-deal", choices=("reservation", "zero"), default="reservation",
+                   help="the seller's score without a deal")
+    r.add_argument("--max-invalid", type=int, default=3, help="invalid actions before a side is taken to walk away")
+    r.add_argument("--no-progress", action="store_true")
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("summary", help="a table per seller x buyer")
+    s.add_argument("results", nargs="+")
+    s.set_defaults(func=cmd_summary)
+
+    d = sub.add_parser("demo", help="a scripted tournament on generated scenarios, with a summary table")
+    d.add_argument("--out", default="runs/demo")
+    d.add_argument("--n", type=int, default=24, help="scenarios")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from haggler.agents import SpecError
+    from haggler.grid import GridError
+    from haggler.results import ResultsError
+    from haggler.scenario import ScenarioError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ScenarioError, GridError, ResultsError, SpecError, ValueError) as err:
+        print(f"haggler: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

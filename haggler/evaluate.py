@@ -1,0 +1,130 @@
+"""Play every cell of a grid with one seller and append one record per finished negotiation.
+
+Resumable: finished cells already in the output are skipped, errored ones are played again, and at
+the end the file is compacted so that it holds each (seller, cell) exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from haggler import __version__
+from haggler.agents import check_spec, make_agent
+from haggler.grid import Cell, GridError, load_grid
+from haggler.protocol import Negotiation, ProtocolConfig, play, transcript
+from haggler.results import Appender, Record, compact
+from haggler.scenario import Scenario, load_scenarios
+from haggler.score import NoDealScore, score
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    no_deal: NoDealScore = "reservation"
+    max_invalid: int = 3
+
+    def to_json(self) -> dict[str, Any]:
+        return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "haggler": __version__}
+
+
+def agent_seed(cell_seed: int, side: str) -> int:
+    return cell_seed * 2 + (1 if side == "buyer" else 0)
+
+
+def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: RunSettings) -> Record:
+    figures = score(negotiation, settings.no_deal)
+    errored = negotiation.ended_by == "error"
+    agreement = negotiation.agreement
+    return {
+        "cell_id": cell.cell_id,
+        "scenario_id": cell.scenario_id,
+        "seller": seller,
+        "buyer": cell.buyer,
+        "opener": cell.opener,
+        "seed": cell.seed,
+        "deal": figures.deal,
+        "agreement": None if agreement is None else negotiation.scenario.names_of(agreement),
+        "ended_by": negotiation.ended_by,
+        "walked_away_by": negotiation.walked_away_by,
+        "turns": None if errored else len(negotiation.turns),
+        "seller_utility": figures.seller_utility,
+        "buyer_utility": figures.buyer_utility,
+        "seller_score": figures.seller_score,
+        "seller_advantage": figures.seller_advantage,
+        "pareto_optimal": figures.pareto_optimal,
+        "nash_distance": figures.nash_distance,
+        "individually_irrational": figures.individually_irrational,
+        "invalid_actions": dict(negotiation.invalid),
+        "transcript": transcript(negotiation),
+        "error": negotiation.error,
+        "settings": settings.to_json(),
+    }
+
+
+def play_cell(cell: Cell, scenario: Scenario, seller: str, settings: RunSettings) -> Record:
+    negotiation = Negotiation(scenario, ProtocolConfig(opener=cell.opener, max_invalid=settings.max_invalid))
+    try:
+        seller_agent = make_agent(seller, scenario, "seller", agent_seed(cell.seed, "seller"))
+        buyer_agent = make_agent(cell.buyer, scenario, "buyer", agent_seed(cell.seed, "buyer"))
+    except Exception as err:  # noqa: BLE001 - a cell whose agents cannot be built is an error, not a crash
+        negotiation.fail(f"could not build the agents: {type(err).__name__}: {err}")
+        return make_record(cell, seller, negotiation, settings)
+    play(negotiation, seller_agent, buyer_agent)
+    return make_record(cell, seller, negotiation, settings)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    total: int
+    skipped: int
+    played: int
+    errors: int
+
+
+def pending_cells(cells: list[Cell], seller: str, existing: dict[tuple[str, str], Record]) -> list[Cell]:
+    todo = []
+    for cell in cells:
+        done = existing.get((seller, cell.cell_id))
+        if done is None or done.get("ended_by") == "error":
+            todo.append(cell)
+    return todo
+
+
+def run(
+    grid_path: str | Path,
+    scenarios_path: str | Path,
+    seller: str,
+    out_path: str | Path,
+    settings: RunSettings | None = None,
+    progress: bool = True,
+    on_record: Callable[[Record], None] | None = None,
+) -> RunReport:
+    settings = settings or RunSettings()
+    check_spec(seller)
+    cells = load_grid(grid_path)
+    scenarios = load_scenarios(scenarios_path)
+    missing = sorted({c.scenario_id for c in cells} - set(scenarios))
+    if missing:
+        raise GridError(f"{grid_path}: cells name scenarios not in {scenarios_path}: {missing[:5]}")
+    for buyer in sorted({c.buyer for c in cells}):
+        check_spec(buyer)
+
+    existing = compact(out_path)  # also drops a half-written line left by a killed run
+    todo = pending_cells(cells, seller, existing)
+    errors = 0
+    iterator: Any = todo
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(todo, desc=f"{seller}", unit="neg", initial=0, total=len(todo), dynamic_ncols=True)
+    with Appender(out_path) as out:
+        for cell in iterator:
+            record = play_cell(cell, scenarios[cell.scenario_id], seller, settings)
+            errors += record["ended_by"] == "error"
+            out.write(record)
+            if on_record is not None:
+                on_record(record)
+    compact(out_path)
+    return RunReport(total=len(cells), skipped=len(cells) - len(todo), played=len(todo), errors=errors)

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from haggler.scenario import Issue, Preferences, Scenario
+
+REPO = Path(__file__).resolve().parents[1]
+GENIUS = Path(os.environ.get("HAGGLER_GENIUS_DIR", REPO.parent / "shared" / "genius-domains"))
+
+
+@pytest.fixture
+def genius_dir() -> Path:
+    if not GENIUS.is_dir():
+        pytest.skip(f"Genius domains not found at {GENIUS} (developer/CI data in ../shared; set HAGGLER_GENIUS_DIR)")
+    return GENIUS
+
+
+def small_scenario(max_turns: int = 6, rs: float = 0.3, rb: float = 0.3) -> Scenario:
+    """Two issues, hand-valued: price is distributive, colour integrative (both like blue)."""
+    return Scenario(
+        id="tiny",
+        context="a tiny test widget",
+        issues=(Issue(name="price", options=("$10", "$20", "$30")), Issue(name="colour", options=("red", "blue"))),
+        seller=Preferences(
+            weights={"price": 0.8, "colour": 0.2},
+            values={"price": {"$10": 0.0, "$20": 0.5, "$30": 1.0}, "colour": {"red": 0.0, "blue": 1.0}},
+            reservation=rs,
+        ),
+        buyer=Preferences(
+            weights={"price": 0.6, "colour": 0.4},
+            values={"price": {"$10": 1.0, "$20": 0.5, "$30": 0.0}, "colour": {"red": 0.25, "blue": 1.0}},
+            reservation=rb,
+        ),
+        max_turns=max_turns,
+    )
+
+
+@pytest.fixture
+def tiny() -> Scenario:
+    return small_scenario()

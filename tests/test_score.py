@@ -1,0 +1,44 @@
+import pytest
+
+from haggler.protocol import Negotiation, play
+from haggler.score import advantage, score
+from haggler.types import Accept, Offer
+from tests.conftest import small_scenario
+from tests.test_protocol import Replay
+
+
+def _deal(outcome, rs=0.3, rb=0.3):
+    n = Negotiation(small_scenario(rs=rs, rb=rb))
+    return play(n, Replay([Offer(outcome)]), Replay([Accept()]))
+
+
+def test_deal_scores_the_sellers_utility():
+    f = score(_deal((1, 1)))
+    # seller: 0.8 * 0.5 + 0.2 * 1 = 0.6; buyer: 0.6 * 0.5 + 0.4 * 1 = 0.7
+    assert (f.deal, f.seller_utility, f.buyer_utility, f.seller_score) == (True, pytest.approx(0.6), pytest.approx(0.7), pytest.approx(0.6))
+    assert f.seller_advantage == pytest.approx((0.6 - 0.3) / (1.0 - 0.3))
+    assert f.pareto_optimal is True and f.individually_irrational is False
+
+
+def test_no_deal_conventions():
+    n = Negotiation(small_scenario(rs=0.35, rb=0.3, max_turns=2))
+    play(n, Replay([Offer((2, 1))]), Replay([Offer((0, 1))]))
+    by_reservation, by_zero = score(n, "reservation"), score(n, "zero")
+    assert by_reservation.seller_score == 0.35 and by_zero.seller_score == 0.0
+    assert by_reservation.seller_utility == 0.35 and by_reservation.buyer_utility == 0.3
+    assert by_reservation.seller_advantage == 0.0 and by_reservation.pareto_optimal is False
+    with pytest.raises(ValueError, match="no_deal"):
+        score(n, "half")
+
+
+def test_irrational_and_dominated_deals_are_flagged():
+    # $10 red: seller utility 0, below its reservation 0.3; dominated by $10 blue (both like blue)
+    f = score(_deal((0, 0)))
+    assert f.individually_irrational is True and f.pareto_optimal is False
+    assert f.seller_advantage < 0
+    assert f.nash_distance > 0
+
+
+def test_advantage_edge_cases():
+    assert advantage(0.5, 0.5, 0.5) == 0.0
+    assert advantage(1.0, 0.0, 1.0) == 1.0
