@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from haggler.jsonl import write_lines_atomically
 from haggler.types import Side
 
 
@@ -65,13 +66,7 @@ def make_grid(
 
 
 def write_grid(cells: Iterable[Cell], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for c in cells:
-            fh.write(json.dumps(c.model_dump(mode="json"), separators=(",", ":")) + "\n")
-    tmp.replace(path)
+    write_lines_atomically(path, (json.dumps(c.model_dump(mode="json"), separators=(",", ":")) for c in cells))
 
 
 def load_grid(path: str | Path) -> list[Cell]:

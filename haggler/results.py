@@ -9,9 +9,10 @@ unreadable line is an error naming the line: results are never silently dropped.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from haggler.jsonl import write_lines_atomically
 
 Record = dict[str, Any]
 Key = tuple[str, str]
@@ -60,16 +61,8 @@ def read_latest(path: str | Path) -> dict[Key, Record]:
 
 def compact(path: str | Path) -> dict[Key, Record]:
     """Rewrite the file so that it holds each key once (its latest record), atomically."""
-    path = Path(path)
     current = read_latest(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for record in current.values():
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    write_lines_atomically(path, (json.dumps(record, ensure_ascii=False) for record in current.values()))
     return current
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from haggler.jsonl import write_lines_atomically
 from haggler.types import Outcome, Side
 
 WEIGHT_TOLERANCE = 1e-6
@@ -222,10 +223,4 @@ def dump_scenario(scenario: Scenario) -> str:
 
 
 def write_scenarios(scenarios: Iterable[Scenario], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for s in scenarios:
-            fh.write(dump_scenario(s) + "\n")
-    tmp.replace(path)
+    write_lines_atomically(path, (dump_scenario(s) for s in scenarios))
