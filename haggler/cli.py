@@ -62,12 +62,17 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from haggler.evaluate import RunSettings, run
+    from haggler.prompts import PromptSettings
 
-    report = run(
-        args.grid, args.scenarios, args.seller, args.out,
-        settings=RunSettings(no_deal=args.no_deal, max_invalid=args.max_invalid),
-        progress=not args.no_progress,
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.temperature < 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    settings = RunSettings(
+        no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
+        prompt=PromptSettings(cues=not args.no_cues, slots=args.slots), batch_size=args.batch_size,
     )
+    report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
     return 1 if report.errors else 0
 
@@ -134,6 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-deal", choices=("reservation", "zero"), default="reservation",
                    help="the seller's score without a deal")
     r.add_argument("--max-invalid", type=int, default=3, help="invalid actions before a side is taken to walk away")
+    r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of language-model agents")
+    r.add_argument("--no-cues", action="store_true",
+                   help="language-model agents write the whole reply (default: the environment cues each slot)")
+    r.add_argument("--slots", choices=("numbers", "names", "plain"), default="numbers",
+                   help="how a cued issue slot presents its options")
+    r.add_argument("--batch-size", type=int, default=64, help="negotiations played in lockstep at once")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_run)
 

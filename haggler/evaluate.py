@@ -7,14 +7,16 @@ the end the file is compacted so that it holds each (seller, cell) exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from haggler import __version__
-from haggler.agents import check_spec, make_agent
+from haggler.agents import AgentContext, check_spec, make_agent
 from haggler.grid import Cell, GridError, load_grid
-from haggler.protocol import Negotiation, ProtocolConfig, play, transcript
+from haggler.prompts import PromptSettings
+from haggler.protocol import Negotiation, ProtocolConfig, transcript
+from haggler.rollout import Game, play_lockstep
 from haggler.results import Appender, Record, compact
 from haggler.scenario import Scenario, load_scenarios
 from haggler.score import NoDealScore, score
@@ -24,16 +26,29 @@ from haggler.score import NoDealScore, score
 class RunSettings:
     no_deal: NoDealScore = "reservation"
     max_invalid: int = 3
+    temperature: float = 1.0  # for language-model agents
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    batch_size: int = 64  # negotiations played in lockstep at once
 
     def to_json(self) -> dict[str, Any]:
-        return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "haggler": __version__}
+        return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "temperature": self.temperature,
+                "prompt": asdict(self.prompt), "haggler": __version__}
 
 
 def agent_seed(cell_seed: int, side: str) -> int:
     return cell_seed * 2 + (1 if side == "buyer" else 0)
 
 
-def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: RunSettings) -> Record:
+def describe_agent(agent: Any) -> dict[str, Any]:
+    """What was run on a side: the spec, and for a model its name, temperature, token budgets and cues."""
+    out = {"spec": agent.spec}
+    if hasattr(agent, "describe"):
+        out.update(agent.describe())
+    return out
+
+
+def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: RunSettings,
+                agents: dict[str, Any] | None = None) -> Record:
     figures = score(negotiation, settings.no_deal)
     errored = negotiation.ended_by == "error"
     agreement = negotiation.agreement
@@ -60,19 +75,26 @@ def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: Run
         "transcript": transcript(negotiation),
         "error": negotiation.error,
         "settings": settings.to_json(),
+        "agents": agents or {},
     }
 
 
-def play_cell(cell: Cell, scenario: Scenario, seller: str, settings: RunSettings) -> Record:
+def start_game(cell: Cell, scenario: Scenario, seller: str, settings: RunSettings, context: AgentContext) -> Game:
     negotiation = Negotiation(scenario, ProtocolConfig(opener=cell.opener, max_invalid=settings.max_invalid))
     try:
-        seller_agent = make_agent(seller, scenario, "seller", agent_seed(cell.seed, "seller"))
-        buyer_agent = make_agent(cell.buyer, scenario, "buyer", agent_seed(cell.seed, "buyer"))
+        agents = {
+            "seller": make_agent(seller, scenario, "seller", agent_seed(cell.seed, "seller"), context),
+            "buyer": make_agent(cell.buyer, scenario, "buyer", agent_seed(cell.seed, "buyer"), context),
+        }
     except Exception as err:  # noqa: BLE001 - a cell whose agents cannot be built is an error, not a crash
         negotiation.fail(f"could not build the agents: {type(err).__name__}: {err}")
-        return make_record(cell, seller, negotiation, settings)
-    play(negotiation, seller_agent, buyer_agent)
-    return make_record(cell, seller, negotiation, settings)
+        agents = {}
+    return Game(negotiation, agents)
+
+
+def finish_record(cell: Cell, seller: str, game: Game, settings: RunSettings) -> Record:
+    described = {side: describe_agent(a) for side, a in game.agents.items()}
+    return make_record(cell, seller, game.negotiation, settings, described)
 
 
 @dataclass(frozen=True)
@@ -113,18 +135,37 @@ def run(
 
     existing = compact(out_path)  # also drops a half-written line left by a killed run
     todo = pending_cells(cells, seller, existing)
+    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature)
     errors = 0
-    iterator: Any = todo
+    bar: Any = None
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(todo, desc=f"{seller}", unit="neg", initial=0, total=len(todo), dynamic_ncols=True)
+        bar = tqdm(total=len(todo), desc=seller, unit="neg", dynamic_ncols=True)
     with Appender(out_path) as out:
-        for cell in iterator:
-            record = play_cell(cell, scenarios[cell.scenario_id], seller, settings)
-            errors += record["ended_by"] == "error"
-            out.write(record)
-            if on_record is not None:
-                on_record(record)
+        # Chunks bound memory (each language-model negotiation holds its own cache) and make progress durable.
+        for start in range(0, len(todo), settings.batch_size):
+            chunk = todo[start: start + settings.batch_size]
+            games = [start_game(c, scenarios[c.scenario_id], seller, settings, context) for c in chunk]
+            cell_of = {id(g): c for g, c in zip(games, chunk)}
+
+            def finished(game: Game) -> None:
+                nonlocal errors
+                record = finish_record(cell_of[id(game)], seller, game, settings)
+                errors += record["ended_by"] == "error"
+                for agent in game.agents.values():
+                    getattr(agent, "release", lambda: None)()  # a finished negotiation's cache is not needed
+                out.write(record)
+                if on_record is not None:
+                    on_record(record)
+                if bar is not None:
+                    bar.update(1)
+
+            for g in games:
+                if g.negotiation.done:  # could not even start
+                    finished(g)
+            play_lockstep([g for g in games if not g.negotiation.done], on_finish=finished)
+    if bar is not None:
+        bar.close()
     compact(out_path)
     return RunReport(total=len(cells), skipped=len(cells) - len(todo), played=len(todo), errors=errors)

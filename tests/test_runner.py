@@ -71,10 +71,10 @@ def test_error_records_carry_every_field_and_are_retried(setup, monkeypatch):
     sp, gp, out = setup
     real = evaluate.make_agent
 
-    def flaky(spec, scenario, side, seed):
+    def flaky(spec, scenario, side, seed, context=None):
         if side == "buyer" and spec == "scripted:boulware":
             raise ConnectionError("buyer endpoint down")
-        return real(spec, scenario, side, seed)
+        return real(spec, scenario, side, seed, context)
 
     monkeypatch.setattr(evaluate, "make_agent", flaky)
     report = run(gp, sp, "scripted:linear", out, progress=False)

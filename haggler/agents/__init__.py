@@ -1,21 +1,42 @@
-"""Agents by spec string: ``scripted:NAME`` or ``negmas:CLASSNAME``.
+"""Agents by spec string: ``scripted:NAME``, ``negmas:CLASSNAME`` or ``hf:MODEL``.
 
-``check_spec`` validates a spec without building anything, so the CLI can refuse a typo before
-a long run starts; ``make_agent`` builds the agent for one side of one negotiation.
+``check_spec`` validates a spec without building anything, so the CLI can refuse a typo before a long
+run starts; ``make_agent`` builds the agent for one side of one negotiation. Language-model agents
+share their model through an ``AgentContext``: it is loaded once, whatever the number of negotiations.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from haggler.agents.scripted import SCRIPTED, make_scripted
-from haggler.protocol import Agent
+from haggler.prompts import PromptSettings
 from haggler.scenario import Scenario
 from haggler.types import Side
 
-KINDS = ("scripted", "negmas")
+KINDS = ("scripted", "negmas", "hf")
 
 
 class SpecError(ValueError):
     """An agent spec that names no agent haggler can build."""
+
+
+@dataclass
+class AgentContext:
+    """Settings and loaded models shared by every language-model agent of a run."""
+
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    temperature: float = 1.0
+    kv_reuse: bool = True
+    models: dict[str, Any] = field(default_factory=dict)
+
+    def hf_model(self, name: str) -> Any:
+        if name not in self.models:
+            from haggler.backends.hf import HFModel
+
+            self.models[name] = HFModel(name, kv_reuse=self.kv_reuse)
+        return self.models[name]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -41,10 +62,15 @@ def check_spec(spec: str) -> str:
     return spec
 
 
-def make_agent(spec: str, scenario: Scenario, side: Side, seed: int) -> Agent:
+def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: AgentContext | None = None) -> Any:
     kind, name = split_spec(spec)
     if kind == "scripted":
         return make_scripted(name, scenario, side, seed)
-    from haggler.agents.negmas_agent import NegmasAgent
+    if kind == "negmas":
+        from haggler.agents.negmas_agent import NegmasAgent
 
-    return NegmasAgent(scenario, side, name, seed)
+        return NegmasAgent(scenario, side, name, seed)
+    from haggler.agents.llm import HFAgent
+
+    context = context or AgentContext()
+    return HFAgent(context.hf_model(name), scenario, side, context.prompt, context.temperature, spec)

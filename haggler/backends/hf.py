@@ -1,0 +1,208 @@
+"""A local transformers causal LM that samples continuations for many sequences in one batch.
+
+Token-in/token-out: callers hand over token ids and get back exactly the ids that were sampled, with
+the sampler's log-probability of each. Sampling uses exactly the given temperature with top-k and
+top-p off (whatever the model's generation_config says), so the log-probabilities are the ones a
+trainer recomputes from ``log_softmax(logits / temperature)``. A segment stops at a token that
+contains a stop character (a newline, by default), at an end-of-sequence token, or at its budget.
+Sampling is our own short loop over the model's forward pass rather than ``generate``: it lets every
+sequence keep its own key-value cache between calls (see ``continue_batch``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT = "default"
+
+
+@dataclass
+class Sequence:
+    """A growing token sequence (a negotiator's view of its negotiation) and the cache of its read prefix."""
+
+    ids: list[int]
+    cache: list[tuple[Any, Any]] | None = None  # per layer (keys, values) for ids[:cached]
+    cached: int = 0
+    sampled: int = 0
+
+    def extend(self, ids: list[int]) -> None:
+        self.ids.extend(ids)
+
+
+@dataclass(frozen=True)
+class Sample:
+    ids: list[int]
+    logprobs: list[float]
+    stopped: str  # "stop" (a stop character), "eos", or "length"
+
+
+def resolve_model_path(name: str) -> str:
+    """``default`` is the embedded SmolLM2; anything else is a local folder or a hub id as given."""
+    if name == DEFAULT:
+        from haggler.backends.embedded import embedded_model_dir
+
+        return str(embedded_model_dir())
+    return name
+
+
+class HFModel:
+    def __init__(self, name: str = DEFAULT, device: str | None = None, dtype: str = "auto",
+                 model: Any = None, tokenizer: Any = None, kv_reuse: bool = True) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.name = name
+        self.kv_reuse = kv_reuse  # off re-reads every sequence in full each call (for caches that cannot be split)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if model is None:
+            path = resolve_model_path(name)
+            torch_dtype = {"auto": torch.bfloat16 if self.device.startswith("cuda") else torch.float32,
+                           "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        self.eos_ids = sorted(eos_ids)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self._stop_tables: dict[str, Any] = {}
+        import inspect
+
+        # transformers renamed past_key_values to cache (5.2x); use whichever this version's forward takes
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.lock = threading.Lock()  # one generate at a time per model, whichever thread asks
+        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+
+    def _stop_table(self, stop_chars: str) -> Any:
+        """A boolean per vocabulary id: does this token's text contain a stop character?"""
+        import torch
+
+        if stop_chars not in self._stop_tables:
+            vocab = len(self.tokenizer)
+            size = max(vocab, self.model.config.vocab_size)
+            table = torch.zeros(size, dtype=torch.bool)
+            if stop_chars:
+                pieces = self.tokenizer.batch_decode([[i] for i in range(vocab)])
+                for i, text in enumerate(pieces):
+                    if any(c in text for c in stop_chars):
+                        table[i] = True
+            table[self.eos_ids] = True
+            self._stop_tables[stop_chars] = table.to(self.device)
+        return self._stop_tables[stop_chars]
+
+    def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
+                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]:
+        """Sample one continuation for every sequence in one batched decode, and append it to the sequence.
+
+        Each sequence keeps the key-value cache of the tokens it has already been through, so only
+        what was appended since (the other side's turn, a cue) is read again: a negotiation's history
+        is encoded once, not once per turn. Rows are left-padded and contiguous, as in ``generate``.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        if not seqs:
+            return []
+        budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(seqs)
+        stop_table = self._stop_table(stop_chars)
+        eos = set(self.eos_ids)
+        totals = [len(s.ids) for s in seqs]
+        cached = [min(s.cached, t - 1) if self.kv_reuse else 0 for s, t in zip(seqs, totals)]
+        n_in = max(t - c for t, c in zip(totals, cached))
+        keep = [max(t - n_in, 0) for t in totals]  # cached tokens kept; a few are read again to align rows
+        width = max(keep)
+        rows = len(seqs)
+        input_ids = torch.full((rows, n_in), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((rows, width + n_in), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            tail = s.ids[keep[i]:]
+            input_ids[i, n_in - len(tail):] = torch.tensor(tail, dtype=torch.long)
+            mask[i, width - keep[i]:] = 1
+            mask[i, width: width + n_in - len(tail)] = 0
+        cache = None
+        if width > 0:
+            layers = []
+            for layer in range(len(next(s.cache for s in seqs if s.cache is not None))):
+                k0, v0 = next(s.cache for s in seqs if s.cache is not None)[layer]
+                k = k0.new_zeros((rows, k0.shape[1], width, k0.shape[3]))
+                v = v0.new_zeros((rows, v0.shape[1], width, v0.shape[3]))
+                for i, s in enumerate(seqs):
+                    if keep[i]:
+                        k[i, :, width - keep[i]:] = s.cache[layer][0][0, :, : keep[i]]
+                        v[i, :, width - keep[i]:] = s.cache[layer][1][0, :, : keep[i]]
+                layers.append((k, v))
+            cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        else:
+            cache = DynamicCache(config=self.model.config)
+        mask = mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        step_ids = input_ids.to(self.device)
+        step_pos = positions[:, width:]
+        active = torch.ones(rows, dtype=torch.bool, device=self.device)
+        out_ids: list[list[int]] = [[] for _ in range(rows)]
+        out_lps: list[list[float]] = [[] for _ in range(rows)]
+        stopped = ["length"] * rows
+        greedy = temperature <= 0
+        with self.lock, torch.inference_mode():
+            for step in range(max(budgets)):
+                logits = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
+                                    **{self._cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()
+                logprobs = torch.log_softmax(logits if greedy else logits / temperature, dim=-1)
+                if greedy:
+                    token = logprobs.argmax(-1)
+                else:
+                    token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+                chosen = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+                token_cpu, chosen_cpu, active_cpu = token.cpu().tolist(), chosen.cpu().tolist(), active.cpu().tolist()
+                for i in range(rows):
+                    if active_cpu[i]:
+                        out_ids[i].append(token_cpu[i])
+                        out_lps[i].append(chosen_cpu[i])
+                        if bool(stop_table[token_cpu[i]]):
+                            stopped[i] = "eos" if token_cpu[i] in eos else "stop"
+                            active[i] = False
+                        elif len(out_ids[i]) >= budgets[i]:
+                            active[i] = False
+                if not bool(active.any()):
+                    break
+                step_ids = torch.where(active, token, torch.full_like(token, self.pad_id)).unsqueeze(-1)
+                step_pos = step_pos[:, -1:] + 1
+                mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=self.device)], dim=-1)
+        # Hand each row its own cache back: the real tokens it was fed, contiguous from its first column.
+        fed = [totals[i] + len(out_ids[i]) - 1 for i in range(rows)]
+        for i, s in enumerate(seqs):
+            start = width + n_in - totals[i]
+            if self.kv_reuse:
+                s.cache = [
+                    (layer.keys[i: i + 1, :, start: start + fed[i]].clone(),
+                     layer.values[i: i + 1, :, start: start + fed[i]].clone())
+                    for layer in cache.layers
+                ]
+                s.cached = fed[i]
+            s.ids.extend(out_ids[i])
+            s.sampled += len(out_ids[i])
+        self.stats["calls"] += 1
+        self.stats["prompt_tokens"] += sum(t - k for t, k in zip(totals, keep))
+        self.stats["generated_tokens"] += sum(len(x) for x in out_ids)
+        return [Sample(ids=out_ids[i], logprobs=out_lps[i], stopped=stopped[i]) for i in range(rows)]
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "hf", "model": self.name, "device": self.device,
+                "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
+
+
+def load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_path(name))
+
+
+def model_dir(name: str) -> Path:
+    return Path(resolve_model_path(name))

@@ -1,0 +1,107 @@
+"""What a language-model negotiator reads, and the reply format it writes.
+
+The system prompt tells one side who it is, the product, the issues and options, its own private
+preferences and reservation value in plain words, the turn limit and the reply format. It never
+contains the other side's private information. Each turn, a user message relays the other side's
+message and action (as the engine read it), what that offer is worth to this side, and the turns left.
+
+With cues on, the environment writes the reply's skeleton into the model's own turn and the model
+fills one slot at a time: ``Message:`` (free text), ``Action:`` (offer, accept or walk away), then for
+an offer one ``issue:`` line per issue, optionally listing its options. The cue text is environment
+tokens, never trained on. Cues are a setting, not a special case for a model family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haggler.parse import split_message
+from haggler.scenario import Scenario
+from haggler.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
+
+
+SLOT_STYLES = ("numbers", "names", "plain")
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
+    slots: str = "numbers"  # each issue's cue: "numbers" (numbered options, answer a number or a name),
+    # "names" (the options listed, answer a name) or "plain" (just the issue's name)
+    message_tokens: int = 40  # budget of the free-text slot (cues on)
+    action_tokens: int = 6
+    slot_tokens: int = 12
+    reply_tokens: int = 160  # budget of a whole free-form reply (cues off)
+
+    def __post_init__(self) -> None:
+        if self.slots not in SLOT_STYLES:
+            raise ValueError(f"slots must be one of {SLOT_STYLES}, got {self.slots!r}")
+
+
+def _pct(x: float) -> str:
+    return f"{round(100 * x)}%"
+
+
+def system_prompt(scenario: Scenario, side: Side) -> str:
+    """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs."""
+    prefs = scenario.preferences(side)
+    counterpart = other(side)
+    lines = [
+        f"You are the {side} of {scenario.context}, negotiating with a {counterpart}.",
+        "Issues, with how much you like each option (0 to 1) and how much each issue weighs:",
+    ]
+    for issue in scenario.issues:
+        values = " | ".join(f"{o} {prefs.values[issue.name][o]:.2f}" for o in issue.options)
+        lines.append(f"- {issue.name} (weight {prefs.weights[issue.name]:.2f}): {values}")
+    lines += [
+        f"Your score for a deal is the sum of weight times value. No deal scores {prefs.reservation:.2f}."
+        f" Keep these numbers secret. There are {scenario.max_turns} turns in all.",
+        "Reply with a line 'Message: <text>', then a line 'Action: offer', 'Action: accept' (the"
+        f" {counterpart}'s last offer) or 'Action: walk away'; after 'Action: offer', one line per issue:",
+    ]
+    lines += [f"{i.name}: <option>" for i in scenario.issues]
+    return "\n".join(lines)
+
+
+def describe_action(scenario: Scenario, action: Action) -> str:
+    if isinstance(action, Offer):
+        return "offer: " + ", ".join(f"{k}: {v}" for k, v in scenario.names_of(action.outcome).items())
+    if isinstance(action, Accept):
+        return "accept"
+    if isinstance(action, WalkAway):
+        return "walk away"
+    assert isinstance(action, Invalid)
+    return f"none that counts (their reply could not be read: {action.reason})"
+
+
+def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str | None,
+                 last_action: Action | None, table_offer: tuple[int, ...] | None) -> str:
+    """The user message before this side's turn: the other side's last turn, and where things stand."""
+    counterpart = other(side)
+    lines = []
+    if last_action is None:
+        lines.append(f"The negotiation starts. You speak first; the {counterpart} is waiting for your message.")
+    else:
+        said = split_message(last_text or "").strip() or "(nothing)"
+        lines.append(f"{counterpart.capitalize()}: {said}")
+        lines.append(f"The {counterpart}'s action: {describe_action(scenario, last_action)}")
+    if table_offer is not None:
+        worth = scenario.utility(side, table_offer)
+        lines.append(f"The {counterpart}'s offer on the table would give you a score of {worth:.2f}.")
+    lines.append(f"Turns left, including yours: {turns_left}.")
+    return "\n".join(lines)
+
+
+# ---- the reply skeleton written into the model's own turn when cues are on ----
+
+MESSAGE_CUE = "Message:"
+ACTION_CUE = "\nAction:"
+
+
+def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:
+    issue = scenario.issues[issue_index]
+    if settings.slots == "numbers":
+        return f"\n{issue.name} ({', '.join(f'{k} = {o}' for k, o in enumerate(issue.options, start=1))}). Number:"
+    if settings.slots == "names":
+        return f"\n{issue.name} ({' | '.join(issue.options)}):"
+    return f"\n{issue.name}:"
