@@ -68,9 +68,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.temperature < 0:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    endpoints = {}
+    if args.endpoints:
+        from haggler.backends.openai_api import load_endpoints
+
+        endpoints = load_endpoints(args.endpoints)
+    if args.base_url:
+        from haggler.backends.openai_api import DEFAULT_ENDPOINT, Endpoint
+
+        endpoints.setdefault(DEFAULT_ENDPOINT, Endpoint(base_url=args.base_url))
     settings = RunSettings(
         no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
         prompt=PromptSettings(cues=not args.no_cues, slots=args.slots), batch_size=args.batch_size,
+        endpoints=endpoints,
     )
     report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
@@ -145,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--slots", choices=("numbers", "names", "plain"), default="numbers",
                    help="how a cued issue slot presents its options")
     r.add_argument("--batch-size", type=int, default=64, help="negotiations played in lockstep at once")
+    r.add_argument("--base-url", default=None,
+                   help="the default OpenAI-compatible endpoint (else OPENAI_BASE_URL); its key: OPENAI_API_KEY")
+    r.add_argument("--endpoints", default=None,
+                   help="a YAML table of named endpoints for specs like openai:MODEL@NAME")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_run)
 

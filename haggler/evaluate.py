@@ -29,10 +29,12 @@ class RunSettings:
     temperature: float = 1.0  # for language-model agents
     prompt: PromptSettings = field(default_factory=PromptSettings)
     batch_size: int = 64  # negotiations played in lockstep at once
+    endpoints: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible endpoints by name
 
     def to_json(self) -> dict[str, Any]:
         return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "temperature": self.temperature,
-                "prompt": asdict(self.prompt), "haggler": __version__}
+                "prompt": asdict(self.prompt), "haggler": __version__,
+                "endpoints": {n: asdict(e) for n, e in self.endpoints.items()}}
 
 
 def agent_seed(cell_seed: int, side: str) -> int:
@@ -124,18 +126,18 @@ def run(
     on_record: Callable[[Record], None] | None = None,
 ) -> RunReport:
     settings = settings or RunSettings()
-    check_spec(seller)
+    check_spec(seller, settings.endpoints)
     cells = load_grid(grid_path)
     scenarios = load_scenarios(scenarios_path)
     missing = sorted({c.scenario_id for c in cells} - set(scenarios))
     if missing:
         raise GridError(f"{grid_path}: cells name scenarios not in {scenarios_path}: {missing[:5]}")
     for buyer in sorted({c.buyer for c in cells}):
-        check_spec(buyer)
+        check_spec(buyer, settings.endpoints)
 
     existing = compact(out_path)  # also drops a half-written line left by a killed run
     todo = pending_cells(cells, seller, existing)
-    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature)
+    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=settings.endpoints)
     errors = 0
     bar: Any = None
     if progress:

@@ -1,13 +1,16 @@
-"""Many negotiations at once, in lockstep: every model call waiting on the same model is one batch.
+"""Many negotiations at once: local-model calls batched in lockstep, API calls concurrent.
 
-Scripted agents answer at once. A language-model agent's turn is a generator that yields sample
-requests; the driver advances every negotiation until each is either finished or waiting on a model,
-then serves all waiting requests of one model (and temperature and stop rule) with one batched call,
-and repeats. An agent that raises ends its negotiation as an error, recorded, never scored.
+Scripted agents answer at once. A model-backed agent's turn is a generator that yields requests:
+``SampleRequest`` (a local model: continue this token sequence) or ``ChatRequest`` (an API: complete this
+chat). The driver advances every negotiation until it finishes or waits; serves all waiting local
+requests of one model with one batched call, in a worker thread so that the event loop keeps serving
+API calls meanwhile; and runs API requests concurrently (each endpoint has its own concurrency limit).
+An agent or request that fails ends its negotiation as an error: recorded, never scored.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -21,26 +24,31 @@ from haggler.types import Reply
 class Game:
     negotiation: Negotiation
     agents: dict[str, Any]  # side -> agent
-    pending: Generator | None = None  # the turn in progress of a language-model agent
+    pending: Generator | None = None  # the turn in progress of a model-backed agent
     request: Any = None  # what that turn waits for
+    in_flight: bool = False
 
 
-def _fail(game: Game, side: str, err: Exception) -> None:
-    agent = game.agents[side]
-    game.negotiation.fail(f"{side} agent {getattr(agent, 'spec', agent)!r} raised {type(err).__name__}: {err}")
+def _fail(game: Game, side: str, err: BaseException) -> None:
+    agent = game.agents.get(side)
+    game.negotiation.fail(f"{side} agent {getattr(agent, 'spec', agent)!r} failed: {type(err).__name__}: {err}")
     game.pending = game.request = None
 
 
-def _advance(game: Game, sample: Any = None) -> None:
-    """Run the game until it ends or waits on a model; ``sample`` answers the request it waited on."""
+def _advance(game: Game, answer: Any = None, error: BaseException | None = None) -> None:
+    """Run the game until it ends or waits on a model; ``answer`` (or ``error``) answers what it waited on."""
     neg = game.negotiation
+    game.in_flight = False
+    if error is not None:
+        _fail(game, neg.to_move, error)
+        return
     while not neg.done:
         side = neg.to_move
         agent = game.agents[side]
         try:
             if game.pending is not None:
                 try:
-                    game.request = game.pending.send(sample)
+                    game.request = game.pending.send(answer)
                     return
                 except StopIteration as finished:
                     game.pending = game.request = None
@@ -54,36 +62,61 @@ def _advance(game: Game, sample: Any = None) -> None:
         except Exception as err:  # noqa: BLE001 - recorded as an error, never scored
             _fail(game, side, err)
             return
-        sample = None
+        answer = None
         neg.step(reply)
 
 
-def play_lockstep(games: list[Game], on_finish: Callable[[Game], None] | None = None) -> None:
+def _batch_key(request: Any) -> tuple:
+    return (id(request.model), request.temperature, request.stop_chars)
+
+
+async def play_async(games: list[Game], on_finish: Callable[[Game], None] | None = None) -> None:
+    def settle(game: Game) -> None:
+        if game.negotiation.done and on_finish is not None:
+            on_finish(game)
+
     for game in games:
         _advance(game)
-        if game.negotiation.done and on_finish:
-            on_finish(game)
-    waiting = [g for g in games if g.request is not None]
-    while waiting:
+        settle(game)
+    tasks: dict[asyncio.Task, tuple[bool, list[Game]]] = {}  # task -> (is a local batch, the games it serves)
+    busy_models: set[int] = set()
+    while True:
+        # start every API request that is not yet running
+        for game in games:
+            if game.request is not None and not game.in_flight and hasattr(game.request, "run"):
+                game.in_flight = True
+                tasks[asyncio.ensure_future(game.request.run())] = (False, [game])
+        # one batched call per idle local model, with everything waiting on it
         groups: dict[tuple, list[Game]] = defaultdict(list)
-        for g in waiting:
-            r = g.request
-            groups[(id(r.model), r.temperature, r.stop_chars)].append(g)
-        for group in groups.values():
-            model = group[0].request.model
-            first = group[0].request
-            try:
-                samples = model.continue_batch([g.request.sequence for g in group],
-                                               [g.request.max_new_tokens for g in group],
-                                               first.temperature, first.stop_chars)
-            except Exception as err:  # noqa: BLE001 - a failing model fails the games that waited on it
-                for g in group:
-                    _fail(g, g.negotiation.to_move, err)
-                    if on_finish:
-                        on_finish(g)
+        for game in games:
+            if game.request is not None and not game.in_flight and hasattr(game.request, "sequence"):
+                groups[_batch_key(game.request)].append(game)
+        for key, group in groups.items():
+            if key[0] in busy_models:
                 continue
-            for g, sample in zip(group, samples):
-                _advance(g, sample)
-                if g.negotiation.done and on_finish:
-                    on_finish(g)
-        waiting = [g for g in games if g.request is not None]
+            busy_models.add(key[0])
+            for g in group:
+                g.in_flight = True
+            r = group[0].request
+            call = asyncio.to_thread(r.model.continue_batch, [g.request.sequence for g in group],
+                                     [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
+            tasks[asyncio.ensure_future(call)] = (True, group)
+        if not tasks:
+            return
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            batch, group = tasks.pop(task)
+            if batch:
+                busy_models.discard(id(group[0].request.model))
+            error = task.exception()
+            if error is not None:
+                answers = [None] * len(group)
+            else:
+                answers = task.result() if batch else [task.result()]
+            for game, answer in zip(group, answers):
+                _advance(game, answer, error)
+                settle(game)
+
+
+def play_lockstep(games: list[Game], on_finish: Callable[[Game], None] | None = None) -> None:
+    asyncio.run(play_async(games, on_finish))

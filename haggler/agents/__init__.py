@@ -1,4 +1,4 @@
-"""Agents by spec string: ``scripted:NAME``, ``negmas:CLASSNAME`` or ``hf:MODEL``.
+"""Agents by spec string: ``scripted:NAME``, ``negmas:CLASSNAME``, ``hf:MODEL`` or ``openai:MODEL[@ENDPOINT]``.
 
 ``check_spec`` validates a spec without building anything, so the CLI can refuse a typo before a long
 run starts; ``make_agent`` builds the agent for one side of one negotiation. Language-model agents
@@ -15,7 +15,7 @@ from haggler.prompts import PromptSettings
 from haggler.scenario import Scenario
 from haggler.types import Side
 
-KINDS = ("scripted", "negmas", "hf")
+KINDS = ("scripted", "negmas", "hf", "openai")
 
 
 class SpecError(ValueError):
@@ -29,7 +29,20 @@ class AgentContext:
     prompt: PromptSettings = field(default_factory=PromptSettings)
     temperature: float = 1.0
     kv_reuse: bool = True
+    api_max_tokens: int = 300
+    endpoints: dict[str, Any] = field(default_factory=dict)  # name -> Endpoint; "default" from the environment
     models: dict[str, Any] = field(default_factory=dict)
+    clients: dict[tuple[str, str], Any] = field(default_factory=dict)
+
+    def chat_client(self, model: str, endpoint: str) -> Any:
+        from haggler.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
+
+        if (model, endpoint) not in self.clients:
+            if endpoint not in self.endpoints and endpoint != DEFAULT_ENDPOINT:
+                raise SpecError(f"no endpoint named {endpoint!r} (known: {sorted(self.endpoints) or 'none'})")
+            ep = self.endpoints.get(endpoint) or Endpoint()
+            self.clients[(model, endpoint)] = ChatClient(ep, model)
+        return self.clients[(model, endpoint)]
 
     def hf_model(self, name: str) -> Any:
         if name not in self.models:
@@ -48,8 +61,19 @@ def split_spec(spec: str) -> tuple[str, str]:
     return kind, name
 
 
-def check_spec(spec: str) -> str:
+def split_openai(name: str) -> tuple[str, str]:
+    from haggler.backends.openai_api import DEFAULT_ENDPOINT
+
+    model, sep, endpoint = name.rpartition("@")
+    return (model, endpoint) if sep and model and endpoint else (name, DEFAULT_ENDPOINT)
+
+
+def check_spec(spec: str, endpoints: dict[str, Any] | None = None) -> str:
     kind, name = split_spec(spec)
+    if kind == "openai" and endpoints is not None:
+        _, endpoint = split_openai(name)
+        if endpoint != "default" and endpoint not in endpoints:
+            raise SpecError(f"agent spec {spec!r}: no endpoint named {endpoint!r} (known: {sorted(endpoints) or 'none'})")
     if kind == "scripted" and name not in SCRIPTED:
         raise SpecError(f"agent spec {spec!r}: unknown scripted negotiator; known: {', '.join(SCRIPTED)}")
     if kind == "negmas":
@@ -70,7 +94,13 @@ def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: Ag
         from haggler.agents.negmas_agent import NegmasAgent
 
         return NegmasAgent(scenario, side, name, seed)
+    context = context or AgentContext()
+    if kind == "openai":
+        from haggler.agents.api import APIAgent
+
+        model, endpoint = split_openai(name)
+        return APIAgent(context.chat_client(model, endpoint), scenario, side, context.temperature,
+                        context.api_max_tokens, spec)
     from haggler.agents.llm import HFAgent
 
-    context = context or AgentContext()
     return HFAgent(context.hf_model(name), scenario, side, context.prompt, context.temperature, spec)
