@@ -80,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = RunSettings(
         no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
         prompt=PromptSettings(cues=not args.no_cues, slots=args.slots), batch_size=args.batch_size,
-        endpoints=endpoints,
+        endpoints=endpoints, api_max_tokens=args.api_max_tokens,
     )
     report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
@@ -99,6 +99,40 @@ def cmd_summary(args: argparse.Namespace) -> int:
     if not records:
         raise ValueError("the results files hold no records")
     render(summarize(records))
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from haggler.agents import AgentContext, check_spec, make_agent
+    from haggler.agents.human import HumanAgent
+    from haggler.generate import generate_scenarios
+    from haggler.protocol import Negotiation, ProtocolConfig
+    from haggler.rollout import Game, play_lockstep
+    from haggler.scenario import load_scenarios
+    from haggler.score import score
+
+    check_spec(args.seller)
+    if args.scenarios:
+        table = load_scenarios(args.scenarios)
+        if args.scenario and args.scenario not in table:
+            raise ValueError(f"no scenario {args.scenario!r} in {args.scenarios}")
+        scenario = table[args.scenario] if args.scenario else next(iter(table.values()))
+    else:
+        scenario = generate_scenarios(1, args.seed)[0]
+    human = HumanAgent(scenario, "buyer")
+    seller = make_agent(args.seller, scenario, "seller", args.seed, AgentContext(temperature=args.temperature))
+    game = Game(Negotiation(scenario, ProtocolConfig(opener=args.opener)), {"seller": seller, "buyer": human})
+    play_lockstep([game])
+    neg = game.negotiation
+    if neg.turns and neg.turns[-1].speaker == "seller":
+        print(f"\nseller: {neg.turns[-1].text}")
+    figures = score(neg)
+    print(f"\nEnded by {neg.ended_by}" + (f" ({neg.error})" if neg.error else ""))
+    if neg.agreement is not None:
+        print("Agreement: " + ", ".join(f"{k}: {v}" for k, v in scenario.names_of(neg.agreement).items()))
+    if figures.deal is not None:
+        print(f"Your utility (buyer): {figures.buyer_utility:.3f} (no deal: {scenario.buyer.reservation:.3f})")
+        print(f"Seller's utility: {figures.seller_utility:.3f} (no deal: {scenario.seller.reservation:.3f})")
     return 0
 
 
@@ -157,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-size", type=int, default=64, help="negotiations played in lockstep at once")
     r.add_argument("--base-url", default=None,
                    help="the default OpenAI-compatible endpoint (else OPENAI_BASE_URL); its key: OPENAI_API_KEY")
+    r.add_argument("--api-max-tokens", type=int, default=300, help="reply budget of openai: agents")
     r.add_argument("--endpoints", default=None,
                    help="a YAML table of named endpoints for specs like openai:MODEL@NAME")
     r.add_argument("--no-progress", action="store_true")
@@ -165,6 +200,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="a table per seller x buyer")
     s.add_argument("results", nargs="+")
     s.set_defaults(func=cmd_summary)
+
+    pl = sub.add_parser("play", help="play the buyer yourself, in the terminal, against any seller")
+    pl.add_argument("--seller", required=True)
+    pl.add_argument("--scenarios", default=None, help="a scenario file (default: one generated scenario)")
+    pl.add_argument("--scenario", default=None, help="a scenario id in --scenarios")
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--opener", choices=("seller", "buyer"), default="seller")
+    pl.add_argument("--temperature", type=float, default=1.0)
+    pl.set_defaults(func=cmd_play)
 
     d = sub.add_parser("demo", help="a scripted tournament on generated scenarios, with a summary table")
     d.add_argument("--out", default="runs/demo")

@@ -28,12 +28,13 @@ class RunSettings:
     max_invalid: int = 3
     temperature: float = 1.0  # for language-model agents
     prompt: PromptSettings = field(default_factory=PromptSettings)
-    batch_size: int = 64  # negotiations played in lockstep at once
+    batch_size: int = 64  # negotiations in play at once (local models batch them; APIs serve them concurrently)
     endpoints: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible endpoints by name
+    api_max_tokens: int = 300  # reply budget of API agents
 
     def to_json(self) -> dict[str, Any]:
         return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "temperature": self.temperature,
-                "prompt": asdict(self.prompt), "haggler": __version__,
+                "prompt": asdict(self.prompt), "api_max_tokens": self.api_max_tokens, "haggler": __version__,
                 "endpoints": {n: asdict(e) for n, e in self.endpoints.items()}}
 
 
@@ -137,7 +138,8 @@ def run(
 
     existing = compact(out_path)  # also drops a half-written line left by a killed run
     todo = pending_cells(cells, seller, existing)
-    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=settings.endpoints)
+    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=settings.endpoints,
+                           api_max_tokens=settings.api_max_tokens)
     errors = 0
     bar: Any = None
     if progress:
@@ -145,28 +147,27 @@ def run(
 
         bar = tqdm(total=len(todo), desc=seller, unit="neg", dynamic_ncols=True)
     with Appender(out_path) as out:
-        # Chunks bound memory (each language-model negotiation holds its own cache) and make progress durable.
-        for start in range(0, len(todo), settings.batch_size):
-            chunk = todo[start: start + settings.batch_size]
-            games = [start_game(c, scenarios[c.scenario_id], seller, settings, context) for c in chunk]
-            cell_of = {id(g): c for g, c in zip(games, chunk)}
+        cell_of: dict[int, Cell] = {}
 
-            def finished(game: Game) -> None:
-                nonlocal errors
-                record = finish_record(cell_of[id(game)], seller, game, settings)
-                errors += record["ended_by"] == "error"
-                for agent in game.agents.values():
-                    getattr(agent, "release", lambda: None)()  # a finished negotiation's cache is not needed
-                out.write(record)
-                if on_record is not None:
-                    on_record(record)
-                if bar is not None:
-                    bar.update(1)
+        def games() -> Any:  # built lazily: only the negotiations in play hold agents (and caches)
+            for cell in todo:
+                game = start_game(cell, scenarios[cell.scenario_id], seller, settings, context)
+                cell_of[id(game)] = cell
+                yield game
 
-            for g in games:
-                if g.negotiation.done:  # could not even start
-                    finished(g)
-            play_lockstep([g for g in games if not g.negotiation.done], on_finish=finished)
+        def finished(game: Game) -> None:
+            nonlocal errors
+            record = finish_record(cell_of.pop(id(game)), seller, game, settings)
+            errors += record["ended_by"] == "error"
+            for agent in game.agents.values():
+                getattr(agent, "release", lambda: None)()  # a finished negotiation's cache is not needed
+            out.write(record)
+            if on_record is not None:
+                on_record(record)
+            if bar is not None:
+                bar.update(1)
+
+        play_lockstep(games(), on_finish=finished, max_active=settings.batch_size)
     if bar is not None:
         bar.close()
     compact(out_path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,14 +70,30 @@ def _batch_key(request: Any) -> tuple:
     return (id(request.model), request.temperature, request.stop_chars)
 
 
-async def play_async(games: list[Game], on_finish: Callable[[Game], None] | None = None) -> None:
+async def play_async(source: Iterable[Game], on_finish: Callable[[Game], None] | None = None,
+                     max_active: int | None = None) -> None:
+    """Play every game from ``source``, at most ``max_active`` at a time (a sliding window: a finished
+    game's place goes to the next one at once, so one slow negotiation never holds up a whole batch)."""
+    pending_games = iter(source)
+    games: list[Game] = []
+
     def settle(game: Game) -> None:
         if game.negotiation.done and on_finish is not None:
             on_finish(game)
 
-    for game in games:
-        _advance(game)
-        settle(game)
+    def refill() -> None:
+        games[:] = [g for g in games if not g.negotiation.done]
+        while max_active is None or len(games) < max_active:
+            game = next(pending_games, None)
+            if game is None:
+                return
+            if not game.negotiation.done:
+                _advance(game)
+            settle(game)
+            if not game.negotiation.done:
+                games.append(game)
+
+    refill()
     tasks: dict[asyncio.Task, tuple[bool, list[Game]]] = {}  # task -> (is a local batch, the games it serves)
     busy_models: set[int] = set()
     while True:
@@ -116,7 +132,9 @@ async def play_async(games: list[Game], on_finish: Callable[[Game], None] | None
             for game, answer in zip(group, answers):
                 _advance(game, answer, error)
                 settle(game)
+        refill()
 
 
-def play_lockstep(games: list[Game], on_finish: Callable[[Game], None] | None = None) -> None:
-    asyncio.run(play_async(games, on_finish))
+def play_lockstep(games: Iterable[Game], on_finish: Callable[[Game], None] | None = None,
+                  max_active: int | None = None) -> None:
+    asyncio.run(play_async(games, on_finish, max_active))

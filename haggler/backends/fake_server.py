@@ -104,3 +104,23 @@ class FakeChatServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def main() -> None:
+    """``python -m haggler.backends.fake_server --port P --delay S``: serve until killed (for benchmarks)."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--delay", type=float, default=0.0)
+    args = p.parse_args()
+    server = FakeChatServer(delay_s=args.delay)
+    ThreadingHTTPServer.daemon_threads = True
+    server._server = ThreadingHTTPServer(("127.0.0.1", args.port), server._handler())
+    server._server.request_queue_size = 256
+    print(f"serving on {server.base_url}", flush=True)
+    server._server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -103,10 +103,9 @@ class HFModel:
 
         Each sequence keeps the key-value cache of the tokens it has already been through, so only
         what was appended since (the other side's turn, a cue) is read again: a negotiation's history
-        is encoded once, not once per turn. Rows are left-padded and contiguous, as in ``generate``.
+        is encoded once, not once per turn.
         """
         import torch
-        from transformers import DynamicCache
 
         if not seqs:
             return []
@@ -115,32 +114,31 @@ class HFModel:
         eos = set(self.eos_ids)
         totals = [len(s.ids) for s in seqs]
         cached = [min(s.cached, t - 1) if self.kv_reuse else 0 for s, t in zip(seqs, totals)]
-        n_in = max(t - c for t, c in zip(totals, cached))
-        keep = [max(t - n_in, 0) for t in totals]  # cached tokens kept; a few are read again to align rows
-        width = max(keep)
-        rows = len(seqs)
+        keep = cached  # each row reads only what it has not read yet
+        new = [t - k for t, k in zip(totals, keep)]
+        n_in, width, rows = max(new), max(keep), len(seqs)
+        # Row layout: [padding | cached past] [padding | new tokens] then decoded tokens. Padding is masked
+        # out and positions count only real tokens, so the holes change nothing but the shapes.
         input_ids = torch.full((rows, n_in), self.pad_id, dtype=torch.long)
         mask = torch.zeros((rows, width + n_in), dtype=torch.long)
         for i, s in enumerate(seqs):
-            tail = s.ids[keep[i]:]
-            input_ids[i, n_in - len(tail):] = torch.tensor(tail, dtype=torch.long)
-            mask[i, width - keep[i]:] = 1
-            mask[i, width: width + n_in - len(tail)] = 0
-        cache = None
+            input_ids[i, n_in - new[i]:] = torch.tensor(s.ids[keep[i]:], dtype=torch.long)
+            mask[i, width - keep[i]: width] = 1
+            mask[i, width + n_in - new[i]:] = 1
+        capacity = width + n_in + max(budgets)
+        past = None
         if width > 0:
-            layers = []
+            past = []
             for layer in range(len(next(s.cache for s in seqs if s.cache is not None))):
                 k0, v0 = next(s.cache for s in seqs if s.cache is not None)[layer]
-                k = k0.new_zeros((rows, k0.shape[1], width, k0.shape[3]))
-                v = v0.new_zeros((rows, v0.shape[1], width, v0.shape[3]))
+                k = k0.new_zeros((rows, k0.shape[1], capacity, k0.shape[3]))
+                v = v0.new_zeros((rows, v0.shape[1], capacity, v0.shape[3]))
                 for i, s in enumerate(seqs):
                     if keep[i]:
-                        k[i, :, width - keep[i]:] = s.cache[layer][0][0, :, : keep[i]]
-                        v[i, :, width - keep[i]:] = s.cache[layer][1][0, :, : keep[i]]
-                layers.append((k, v))
-            cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
-        else:
-            cache = DynamicCache(config=self.model.config)
+                        k[i, :, width - keep[i]: width] = s.cache[layer][0][0, :, : keep[i]]
+                        v[i, :, width - keep[i]: width] = s.cache[layer][1][0, :, : keep[i]]
+                past.append((k, v))
+        cache = _buffered_cache(self.model.config, capacity, width, past)
         mask = mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         step_ids = input_ids.to(self.device)
@@ -175,27 +173,67 @@ class HFModel:
                 step_ids = torch.where(active, token, torch.full_like(token, self.pad_id)).unsqueeze(-1)
                 step_pos = step_pos[:, -1:] + 1
                 mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=self.device)], dim=-1)
-        # Hand each row its own cache back: the real tokens it was fed, contiguous from its first column.
-        fed = [totals[i] + len(out_ids[i]) - 1 for i in range(rows)]
+        # Hand each row its own cache back: the real tokens it was fed (the last sampled one is not fed yet).
         for i, s in enumerate(seqs):
-            start = width + n_in - totals[i]
             if self.kv_reuse:
+                past = slice(width - keep[i], width)
+                fresh = slice(width + n_in - new[i], width + n_in + len(out_ids[i]) - 1)
                 s.cache = [
-                    (layer.keys[i: i + 1, :, start: start + fed[i]].clone(),
-                     layer.values[i: i + 1, :, start: start + fed[i]].clone())
+                    (torch.cat([layer.keys[i: i + 1, :, past], layer.keys[i: i + 1, :, fresh]], dim=2),
+                     torch.cat([layer.values[i: i + 1, :, past], layer.values[i: i + 1, :, fresh]], dim=2))
                     for layer in cache.layers
                 ]
-                s.cached = fed[i]
+                s.cached = totals[i] + len(out_ids[i]) - 1
             s.ids.extend(out_ids[i])
             s.sampled += len(out_ids[i])
         self.stats["calls"] += 1
-        self.stats["prompt_tokens"] += sum(t - k for t, k in zip(totals, keep))
+        self.stats["prompt_tokens"] += sum(new)
         self.stats["generated_tokens"] += sum(len(x) for x in out_ids)
         return [Sample(ids=out_ids[i], logprobs=out_lps[i], stopped=stopped[i]) for i in range(rows)]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf", "model": self.name, "device": self.device,
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
+
+
+def _buffered_cache(config: Any, capacity: int, length: int, past: list[tuple[Any, Any]] | None) -> Any:
+    """A DynamicCache whose layers write into buffers allocated once for the whole call.
+
+    DynamicCache grows by concatenation, copying the whole cache at every decoded token; on a CPU that
+    copy cost more than the model itself. These layers hand attention views of the filled part instead.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class BufferLayer(DynamicLayer):
+        def __init__(self, k: Any = None, v: Any = None) -> None:
+            super().__init__()
+            self._k, self._v, self._len = k, v, length if k is not None else 0
+            if k is not None:
+                self.is_initialized = True
+                self.device = k.device
+                self.keys, self.values = k[:, :, : self._len], v[:, :, : self._len]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            if self._k is None:
+                b, h, _, d = key_states.shape
+                self._k = key_states.new_zeros((b, h, capacity, d))
+                self._v = value_states.new_zeros((b, value_states.shape[1], capacity, value_states.shape[3]))
+                self.is_initialized, self.device = True, key_states.device
+            n = key_states.shape[-2]
+            self._k[:, :, self._len: self._len + n] = key_states
+            self._v[:, :, self._len: self._len + n] = value_states
+            self._len += n
+            self.keys, self.values = self._k[:, :, : self._len], self._v[:, :, : self._len]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._len
+
+    cache = DynamicCache(config=config)
+    n_layers = len(cache.layers) if cache.layers else config.num_hidden_layers
+    cache.layers = [BufferLayer(*past[i]) if past else BufferLayer() for i in range(n_layers)]
+    return cache
 
 
 def load_tokenizer(name: str) -> Any:
