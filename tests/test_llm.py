@@ -116,6 +116,29 @@ def test_lockstep_batching_equals_playing_alone(tokenizer):
         assert [t.text for t in alone.negotiation.turns] == [t.text for t in g.negotiation.turns]
 
 
+def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokenizer):
+    from haggler.backends.hf import Sequence
+
+    texts = ["Hello there", "A much longer prompt about chairs and tables and prices", "Hi", "Price?"]
+    budgets = [2, 9, 3, 9]
+    model = tiny_model(tokenizer)
+    batch = [Sequence(ids=tokenizer.encode(t)) for t in texts]
+    first = model.continue_batch(batch, budgets, 0.0, stop_chars="")
+    assert model.stats["compactions"] > 0
+    for s in batch:  # a second call continues from each row's own cache
+        s.extend(tokenizer.encode(" and then", add_special_tokens=False))
+    second = model.continue_batch(batch, 5, 0.0, stop_chars="")
+    for k, text in enumerate(texts):
+        alone_model = tiny_model(tokenizer)
+        alone = Sequence(ids=tokenizer.encode(text))
+        a1 = alone_model.continue_batch([alone], budgets[k], 0.0, stop_chars="")[0]
+        alone.extend(tokenizer.encode(" and then", add_special_tokens=False))
+        a2 = alone_model.continue_batch([alone], 5, 0.0, stop_chars="")[0]
+        assert (first[k].ids, second[k].ids) == (a1.ids, a2.ids)
+        assert first[k].logprobs == pytest.approx(a1.logprobs, abs=1e-4)
+        assert alone.ids == batch[k].ids
+
+
 def test_cache_reuse_changes_nothing(tokenizer):
     with_cache = _games(tiny_model(tokenizer, kv_reuse=True), temperature=0.0, n=2)
     without = _games(tiny_model(tokenizer, kv_reuse=False), temperature=0.0, n=2)

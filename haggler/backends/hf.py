@@ -12,6 +12,7 @@ sequence keep its own key-value cache between calls (see ``continue_batch``).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,8 @@ class HFModel:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.lock = threading.Lock()  # one generate at a time per model, whichever thread asks
-        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0}
+        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "compactions": 0, "row_steps": 0,
+                      "prefill_s": 0.0, "decode_s": 0.0, "copy_s": 0.0}
 
     def _stop_table(self, stop_chars: str) -> Any:
         """A boolean per vocabulary id: does this token's text contain a stop character?"""
@@ -125,6 +127,7 @@ class HFModel:
             input_ids[i, n_in - new[i]:] = torch.tensor(s.ids[keep[i]:], dtype=torch.long)
             mask[i, width - keep[i]: width] = 1
             mask[i, width + n_in - new[i]:] = 1
+        clock = time.perf_counter()
         capacity = width + n_in + max(budgets)
         past = None
         if width > 0:
@@ -143,13 +146,30 @@ class HFModel:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         step_ids = input_ids.to(self.device)
         step_pos = positions[:, width:]
-        active = torch.ones(rows, dtype=torch.bool, device=self.device)
         out_ids: list[list[int]] = [[] for _ in range(rows)]
         out_lps: list[list[float]] = [[] for _ in range(rows)]
         stopped = ["length"] * rows
         greedy = temperature <= 0
+        live = list(range(rows))  # original row of each row still in the batch
+        done_rows: set[int] = set()
+
+        def hand_back(j: int, i: int) -> None:
+            """Give row i (at batch position j) its own cache: the real tokens it was fed."""
+            if not self.kv_reuse:
+                return
+            past = slice(width - keep[i], width)
+            fresh = slice(width + n_in - new[i], width + n_in + len(out_ids[i]) - 1)
+            seqs[i].cache = [
+                (torch.cat([layer.keys[j: j + 1, :, past], layer.keys[j: j + 1, :, fresh]], dim=2),
+                 torch.cat([layer.values[j: j + 1, :, past], layer.values[j: j + 1, :, fresh]], dim=2))
+                for layer in cache.layers
+            ]
+            seqs[i].cached = totals[i] + len(out_ids[i]) - 1
+
+        self.stats["copy_s"] += time.perf_counter() - clock
         with self.lock, torch.inference_mode():
             for step in range(max(budgets)):
+                clock = time.perf_counter()
                 logits = self.model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
                                     **{self._cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :].float()
                 logprobs = torch.log_softmax(logits if greedy else logits / temperature, dim=-1)
@@ -158,32 +178,46 @@ class HFModel:
                 else:
                     token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
                 chosen = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
-                token_cpu, chosen_cpu, active_cpu = token.cpu().tolist(), chosen.cpu().tolist(), active.cpu().tolist()
-                for i in range(rows):
-                    if active_cpu[i]:
-                        out_ids[i].append(token_cpu[i])
-                        out_lps[i].append(chosen_cpu[i])
-                        if bool(stop_table[token_cpu[i]]):
-                            stopped[i] = "eos" if token_cpu[i] in eos else "stop"
-                            active[i] = False
-                        elif len(out_ids[i]) >= budgets[i]:
-                            active[i] = False
-                if not bool(active.any()):
+                token_cpu, chosen_cpu = token.cpu().tolist(), chosen.cpu().tolist()
+                self.stats["prefill_s" if step == 0 else "decode_s"] += time.perf_counter() - clock
+                self.stats["row_steps"] += len(live)
+                for j, i in enumerate(live):
+                    if i in done_rows:
+                        continue
+                    out_ids[i].append(token_cpu[j])
+                    out_lps[i].append(chosen_cpu[j])
+                    if bool(stop_table[token_cpu[j]]):
+                        stopped[i] = "eos" if token_cpu[j] in eos else "stop"
+                        done_rows.add(i)
+                    elif len(out_ids[i]) >= budgets[i]:
+                        done_rows.add(i)
+                still = [j for j, i in enumerate(live) if i not in done_rows]
+                if not still:
                     break
-                step_ids = torch.where(active, token, torch.full_like(token, self.pad_id)).unsqueeze(-1)
+                # Finished rows would keep costing a full row of compute at every step: once half the batch
+                # is done, hand their caches back and carry on with the rest only.
+                if len(still) <= len(live) // 2:
+                    for j, i in enumerate(live):
+                        if i in done_rows:
+                            hand_back(j, i)
+                    index = torch.tensor(still, device=self.device)
+                    for layer in cache.layers:
+                        layer.select(index)
+                    live = [live[j] for j in still]
+                    self.stats["compactions"] += 1
+                    token, mask, step_pos = token[index], mask[index], step_pos[index]
+                step_ids = token.unsqueeze(-1)
                 step_pos = step_pos[:, -1:] + 1
-                mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=self.device)], dim=-1)
-        # Hand each row its own cache back: the real tokens it was fed (the last sampled one is not fed yet).
+                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=mask.dtype, device=self.device)], dim=-1)
+                # rows done but not yet compacted away are fed a pad token; nothing reads it back
+                for j, i in enumerate(live):
+                    if i in done_rows:
+                        step_ids[j, 0] = self.pad_id
+        clock = time.perf_counter()
+        for j, i in enumerate(live):
+            hand_back(j, i)
+        self.stats["copy_s"] += time.perf_counter() - clock
         for i, s in enumerate(seqs):
-            if self.kv_reuse:
-                past = slice(width - keep[i], width)
-                fresh = slice(width + n_in - new[i], width + n_in + len(out_ids[i]) - 1)
-                s.cache = [
-                    (torch.cat([layer.keys[i: i + 1, :, past], layer.keys[i: i + 1, :, fresh]], dim=2),
-                     torch.cat([layer.values[i: i + 1, :, past], layer.values[i: i + 1, :, fresh]], dim=2))
-                    for layer in cache.layers
-                ]
-                s.cached = totals[i] + len(out_ids[i]) - 1
             s.ids.extend(out_ids[i])
             s.sampled += len(out_ids[i])
         self.stats["calls"] += 1
@@ -229,6 +263,10 @@ def _buffered_cache(config: Any, capacity: int, length: int, past: list[tuple[An
 
         def get_seq_length(self) -> int:
             return self._len
+
+        def select(self, index: Any) -> None:
+            self._k, self._v = self._k.index_select(0, index), self._v.index_select(0, index)
+            self.keys, self.values = self._k[:, :, : self._len], self._v[:, :, : self._len]
 
     cache = DynamicCache(config=config)
     n_layers = len(cache.layers) if cache.layers else config.num_hidden_layers
