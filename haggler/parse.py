@@ -78,7 +78,8 @@ def read_action_word(text: str) -> tuple[str | None, str, str]:
     """(kind, the text after the keyword, why not if unreadable). The first keyword decides, unless the
     text offers alternatives ('accept or walk away', 'offer/accept'): that is a question, not an action."""
     m = _ANY_KEYWORD.search(text)
-    if m is None or text[: m.start()].strip(" \t*_:-.>#\"'"):
+    lead = text[: m.start()].strip(" \t*_:-.>#\"'") if m else ""
+    if m is None or lead.casefold() not in ("", "i", "we"):  # "I offer", "we walk away": still one action
         return None, text, f"unknown action {text.strip()[:60]!r} (expected offer, accept or walk away)"
     kinds = {_kind_of(k.group(0)) for k in _ANY_KEYWORD.finditer(text)}
     if len(kinds) > 1 and _ALTERNATION.search(text):

@@ -36,6 +36,11 @@ class PromptSettings:
     def __post_init__(self) -> None:
         if self.slots not in SLOT_STYLES:
             raise ValueError(f"slots must be one of {SLOT_STYLES}, got {self.slots!r}")
+        if self.message_tokens < 0:
+            raise ValueError(f"message_tokens must be >= 0, got {self.message_tokens}")
+        for name in ("action_tokens", "slot_tokens", "reply_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 def _pct(x: float) -> str:

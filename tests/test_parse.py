@@ -68,6 +68,8 @@ def test_action_words_and_slots():
     assert read_action_word(" offer")[0] == "offer"
     assert read_action_word(" Accepts, 2,")[0] == "accept"
     assert read_action_word(" take action")[0] is None
+    assert read_action_word(" I offer")[0] == "offer" and read_action_word(" We walk away")[0] == "walk_away"
+    assert read_action_word(" You accept")[0] is None
     assert read_slot(" 2\n", ("a", "b"), numbered=True) == (1, "")
     assert read_slot(" b", ("a", "b"), numbered=True) == (1, "")
     assert read_slot(" 3", ("a", "b"), numbered=True)[0] is None

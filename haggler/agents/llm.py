@@ -161,11 +161,12 @@ class HFAgent:
             self._env(s)
             text += s
 
-        cue(MESSAGE_CUE)
-        segment, last = yield from self._sample(self.settings.message_tokens, "\n")
-        text += segment
+        if self.settings.message_tokens > 0:  # 0: no free text at all (small models derail on their own chatter)
+            cue(MESSAGE_CUE)
+            segment, last = yield from self._sample(self.settings.message_tokens, "\n")
+            text += segment
         action: Action | None = None
-        if last.stopped == "eos":
+        if last is not None and last.stopped == "eos":
             action = Invalid("the turn ended before an action")
         else:
             cue(ACTION_CUE)

@@ -112,6 +112,8 @@ class HFModel:
         if not seqs:
             return []
         budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(seqs)
+        if min(budgets) < 1:
+            raise ValueError(f"every sequence needs a budget of at least one token, got {budgets}")
         stop_table = self._stop_table(stop_chars)
         eos = set(self.eos_ids)
         totals = [len(s.ids) for s in seqs]
