@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from haggler.parse import split_message
+from haggler.protocol import Negotiation
 from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
 
@@ -77,6 +78,13 @@ def describe_action(scenario: Scenario, action: Action) -> str:
         return "walk away"
     assert isinstance(action, Invalid)
     return f"none that counts (their reply could not be read: {action.reason})"
+
+
+def observe(negotiation: Negotiation, side: Side) -> str:
+    """The user message before ``side``'s turn in this negotiation."""
+    last = negotiation.turns[-1] if negotiation.turns else None
+    return turn_message(negotiation.scenario, side, negotiation.turns_left, last.text if last else None,
+                        last.action if last else None, negotiation.offer_for(side))
 
 
 def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str | None,

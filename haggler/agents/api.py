@@ -12,7 +12,7 @@ from typing import Any
 
 from haggler.backends.openai_api import ChatClient
 from haggler.parse import parse_reply
-from haggler.prompts import system_prompt, turn_message
+from haggler.prompts import observe, system_prompt
 from haggler.protocol import Negotiation
 from haggler.scenario import Scenario
 from haggler.types import Reply, Side
@@ -45,10 +45,7 @@ class APIAgent:
                 "cues": False}
 
     def turn(self, negotiation: Negotiation) -> Generator[ChatRequest, str, Reply]:
-        last = negotiation.turns[-1] if negotiation.turns else None
-        user = turn_message(self.scenario, self.side, negotiation.turns_left, last.text if last else None,
-                            last.action if last else None, negotiation.offer_for(self.side))
-        self.messages.append({"role": "user", "content": user})
+        self.messages.append({"role": "user", "content": observe(negotiation, self.side)})
         text = yield ChatRequest(self.client, list(self.messages), self.temperature, self.max_tokens)
         self.messages.append({"role": "assistant", "content": text})
         return Reply(text, parse_reply(text, self.scenario))

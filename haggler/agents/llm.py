@@ -18,7 +18,7 @@ from typing import Any
 
 from haggler.backends.hf import HFModel, Sample, Sequence
 from haggler.parse import parse_reply, read_action_word, read_slot
-from haggler.prompts import ACTION_CUE, MESSAGE_CUE, PromptSettings, slot_cue, system_prompt, turn_message
+from haggler.prompts import ACTION_CUE, MESSAGE_CUE, PromptSettings, observe, slot_cue, system_prompt
 from haggler.protocol import Negotiation
 from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
@@ -116,13 +116,8 @@ class HFAgent:
         self.sequence.extend(ids)
         self.trajectory.add(ids, sampled=False)
 
-    def _observation(self, negotiation: Negotiation) -> str:
-        last = negotiation.turns[-1] if negotiation.turns else None
-        return turn_message(self.scenario, self.side, negotiation.turns_left, last.text if last else None,
-                            last.action if last else None, negotiation.offer_for(self.side))
-
     def _open_turn(self, negotiation: Negotiation) -> None:
-        user = self._observation(negotiation)
+        user = observe(negotiation, self.side)
         if self.sequence is None:
             messages = [{"role": "system", "content": system_prompt(self.scenario, self.side)},
                         {"role": "user", "content": user}]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 DEFAULT = "default"
@@ -27,7 +26,6 @@ class Sequence:
     ids: list[int]
     cache: list[tuple[Any, Any]] | None = None  # per layer (keys, values) for ids[:cached]
     cached: int = 0
-    sampled: int = 0
 
     def extend(self, ids: list[int]) -> None:
         self.ids.extend(ids)
@@ -221,7 +219,6 @@ class HFModel:
         self.stats["copy_s"] += time.perf_counter() - clock
         for i, s in enumerate(seqs):
             s.ids.extend(out_ids[i])
-            s.sampled += len(out_ids[i])
         self.stats["calls"] += 1
         self.stats["prompt_tokens"] += sum(new)
         self.stats["generated_tokens"] += sum(len(x) for x in out_ids)
@@ -274,13 +271,3 @@ def _buffered_cache(config: Any, capacity: int, length: int, past: list[tuple[An
     n_layers = len(cache.layers) if cache.layers else config.num_hidden_layers
     cache.layers = [BufferLayer(*past[i]) if past else BufferLayer() for i in range(n_layers)]
     return cache
-
-
-def load_tokenizer(name: str) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(resolve_model_path(name))
-
-
-def model_dir(name: str) -> Path:
-    return Path(resolve_model_path(name))
