@@ -55,8 +55,12 @@ def _advance(game: Game, answer: Any = None, error: BaseException | None = None)
                     reply: Reply = finished.value
             elif hasattr(agent, "turn"):
                 game.pending = agent.turn(neg)
-                game.request = next(game.pending)
-                return
+                try:
+                    game.request = next(game.pending)
+                    return
+                except StopIteration as finished:  # a turn that needed no model call
+                    game.pending = game.request = None
+                    reply = finished.value
             else:
                 reply = agent.respond(neg)
         except Exception as err:  # noqa: BLE001 - recorded as an error, never scored

@@ -128,7 +128,8 @@ class HFAgent:
         else:
             self._env(self.frame.open_user + user + self.frame.after_user)
 
-    def _sample(self, max_new: int, stop_chars: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
+    def _sample(self, max_new: int, stop_chars: str, slot: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
+        """Fill one slot ("reply", "message", "action" or "issue:K") with the model's own tokens."""
         sample = yield SampleRequest(self.model, self.sequence, max_new, self.temperature, stop_chars)
         self.trajectory.add(sample.ids, sampled=True, logprobs=sample.logprobs)
         text = self.tokenizer.decode(sample.ids)
@@ -142,7 +143,7 @@ class HFAgent:
     def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
         self._open_turn(negotiation)
         if not self.settings.cues:
-            text, last = yield from self._sample(self.settings.reply_tokens, "")
+            text, last = yield from self._sample(self.settings.reply_tokens, "", "reply")
             self._close_turn(last)
             return Reply(text, parse_reply(text, self.scenario))
         # Cues on: the environment writes the skeleton, the model fills one slot at a time, and each
@@ -158,14 +159,14 @@ class HFAgent:
 
         if self.settings.message_tokens > 0:  # 0: no free text at all (small models derail on their own chatter)
             cue(MESSAGE_CUE)
-            segment, last = yield from self._sample(self.settings.message_tokens, "\n")
+            segment, last = yield from self._sample(self.settings.message_tokens, "\n", "message")
             text += segment
         action: Action | None = None
         if last is not None and last.stopped == "eos":
             action = Invalid("the turn ended before an action")
         else:
             cue(ACTION_CUE)
-            segment, last = yield from self._sample(self.settings.action_tokens, "\n")
+            segment, last = yield from self._sample(self.settings.action_tokens, "\n", "action")
             text += segment
             kind, _, why = read_action_word(segment)
             if kind is None:
@@ -181,7 +182,7 @@ class HFAgent:
                     action = Invalid("the turn ended before every issue had an option")
                     break
                 cue(slot_cue(self.scenario, k, self.settings))
-                segment, last = yield from self._sample(self.settings.slot_tokens, "\n")
+                segment, last = yield from self._sample(self.settings.slot_tokens, "\n", f"issue:{k}")
                 text += segment
                 option, why = read_slot(segment, issue.options, self.settings.slots == "numbers")
                 if option is None:
@@ -196,7 +197,10 @@ class HFAgent:
     def respond(self, negotiation: Negotiation) -> Reply:
         """Play one turn alone (no batching with other negotiations)."""
         gen = self.turn(negotiation)
-        request = next(gen)
+        try:
+            request = next(gen)
+        except StopIteration as done:
+            return done.value
         while True:
             (sample,) = request.model.continue_batch([request.sequence], request.max_new_tokens,
                                                      request.temperature, request.stop_chars)
