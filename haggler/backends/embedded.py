@@ -39,8 +39,12 @@ def gguf_path() -> Path:
 def embedded_model_dir() -> Path:
     """The materialized model folder, created on first use (about 20 s on a laptop CPU)."""
     target = cache_dir() / "models" / FOLDER_NAME
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
-        return target
+    config_file = target / "config.json"
+    if config_file.exists() and (target / "model.safetensors").exists():
+        # A folder that still says "gguf" would load as a quantized model that refuses to be saved
+        # (as early versions of this function wrote it): rebuild it.
+        if '"quantization_config"' not in config_file.read_text(encoding="utf-8"):
+            return target
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,6 +53,8 @@ def embedded_model_dir() -> Path:
     loaded = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
     config = loaded.config
     config.architectures = [type(loaded).__name__]
+    if hasattr(config, "quantization_config"):  # the weights are dequantized now; say so
+        del config.quantization_config
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     fresh.load_state_dict(loaded.state_dict())
     fresh.generation_config = loaded.generation_config
