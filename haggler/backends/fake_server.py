@@ -18,6 +18,11 @@ from typing import Any
 Fate = tuple | None
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True  # a hung request never keeps the process alive
+    request_queue_size = 256  # a benchmark opens dozens of connections at once
+
+
 class FakeChatServer:
     def __init__(self, content: Callable[[list[dict[str, str]]], str] | None = None, delay_s: float = 0.0,
                  fail: Callable[[int], Fate] | None = None, model: str = "fake-model-v1") -> None:
@@ -94,10 +99,17 @@ class FakeChatServer:
 
         return Handler
 
+    def bind(self, port: int = 0) -> FakeChatServer:
+        """Listen on 127.0.0.1 (port 0: any free port); ``serve_forever`` or ``with`` then serves."""
+        self._server = _Server(("127.0.0.1", port), self._handler())
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
     def __enter__(self) -> FakeChatServer:
-        ThreadingHTTPServer.daemon_threads = True
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.request_queue_size = 256
+        if self._server is None:
+            self.bind()
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -114,12 +126,9 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--delay", type=float, default=0.0)
     args = p.parse_args()
-    server = FakeChatServer(delay_s=args.delay)
-    ThreadingHTTPServer.daemon_threads = True
-    server._server = ThreadingHTTPServer(("127.0.0.1", args.port), server._handler())
-    server._server.request_queue_size = 256
+    server = FakeChatServer(delay_s=args.delay).bind(args.port)
     print(f"serving on {server.base_url}", flush=True)
-    server._server.serve_forever()
+    server.serve_forever()
 
 
 if __name__ == "__main__":
