@@ -5,7 +5,7 @@ never ending a negotiation, and counts the seller's valid actions (offer, accept
 engine accepted) over all its turns. Ends with one JSON line.
 
     .venv/bin/python benchmarks/measure_valid_actions.py [--seller hf:default] [--negotiations 20]
-        [--temperature 1.0] [--no-cues] [--slots numbers|names|plain] [--message-tokens 40]
+        [--temperature 1.0] [--no-cues] [--slots numbers|names|plain] [--actions words|numbers] [--message-tokens 40]
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ def main() -> None:
     p.add_argument("--no-cues", action="store_true")
     p.add_argument("--slots", default="numbers")
     p.add_argument("--message-tokens", type=int, default=40)
+    p.add_argument("--actions", default="words", help="the action cue: words or numbers")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     torch.manual_seed(args.seed)
-    settings = PromptSettings(cues=not args.no_cues, slots=args.slots, message_tokens=args.message_tokens)
+    settings = PromptSettings(cues=not args.no_cues, slots=args.slots, actions=args.actions,
+                              message_tokens=args.message_tokens)
     ctx = AgentContext(prompt=settings, temperature=args.temperature)
     games = []
     for i, s in enumerate(generate_scenarios(args.negotiations, 99, max_turns=args.turns)):
@@ -52,7 +54,8 @@ def main() -> None:
     reasons = collections.Counter(a.reason.split(":")[0][:40] for a in actions if isinstance(a, Invalid))
     valid = 1 - kinds["Invalid"] / len(actions)
     figures = {"measure": "valid_actions", "seller": args.seller, "temperature": args.temperature,
-               "cues": settings.cues, "slots": settings.slots, "message_tokens": settings.message_tokens,
+               "cues": settings.cues, "slots": settings.slots, "actions": settings.actions,
+               "message_tokens": settings.message_tokens,
                "turns": len(actions), "valid_rate": round(valid, 3), "by_kind": dict(kinds),
                "top_invalid_reasons": dict(reasons.most_common(5)), "wall_s": round(wall, 1)}
     print(f"{len(actions)} seller turns, {valid:.1%} valid: {dict(kinds)}")

@@ -37,6 +37,7 @@ _KEYWORDS = (
 _ANY_KEYWORD = re.compile(
     r"\b(?:counter[\s-]*offer|offer|propos(?:e|al)|i\s+accept|accept(?:ed|s)?|walk[\s-]*away|walk|leave)\b", re.IGNORECASE
 )
+_NUMBER_THEN_NAME = re.compile(r"^(\d+)\s*[.)=:\-(]\s*(.*)$")
 _ALTERNATION = re.compile(r"\bor\b|/|\|", re.IGNORECASE)
 # Inline terms ("Action: offer price=$9,500, warranty=6 months") split at a comma or semicolon that is
 # followed by the next "name=" or "name:", never inside a value such as "$9,500".
@@ -87,6 +88,19 @@ def read_action_word(text: str) -> tuple[str | None, str, str]:
     return _kind_of(m.group(0)), text[m.end():], ""
 
 
+def read_action_slot(text: str, numbered: bool) -> tuple[str | None, str]:
+    """A cued action slot's answer: (kind, why not). When the cue numbered the choices (1 = offer,
+    2 = accept, 3 = walk away), the bare number reads as well as the word."""
+    value = text.strip().strip(".,;").strip()
+    if numbered and value.isdigit():
+        k = int(value)
+        if 1 <= k <= 3:
+            return ("offer", "accept", "walk_away")[k - 1], ""
+        return None, f"{value!r} is not an action number (1 to 3)"
+    kind, _, why = read_action_word(text)
+    return kind, why
+
+
 def _kind_of(word: str) -> str:
     return next(kind for pattern, kind in _KEYWORDS if pattern.fullmatch(word))
 
@@ -94,6 +108,12 @@ def _kind_of(word: str) -> str:
 def read_slot(text: str, options: tuple[str, ...], numbered: bool) -> tuple[int | None, str]:
     """One cued slot's answer: an option's name, or (when the cue numbered the options) its number from 1."""
     value = text.strip().strip(".,;").strip()
+    if numbered and (m := _NUMBER_THEN_NAME.match(value)) and not value.isdigit():
+        # "3 = 12 months", "3 (12 months)": the number and the name must denote the same option
+        k, rest = int(m.group(1)), m.group(2).strip(" ()[].,;")
+        by_name, _ = match_name(rest, options) if rest else (None, "")
+        if 1 <= k <= len(options) and by_name == k - 1:
+            return k - 1, ""
     if numbered and value.isdigit():
         k = int(value)
         named = [i for i, o in enumerate(options) if o.strip() == value]

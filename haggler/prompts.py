@@ -22,6 +22,8 @@ from haggler.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
 
 
 SLOT_STYLES = ("numbers", "names", "plain")
+ACTION_STYLES = ("words", "numbers")
+ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's order
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,8 @@ class PromptSettings:
     cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
     slots: str = "numbers"  # each issue's cue: "numbers" (numbered options, answer a number or a name),
     # "names" (the options listed, answer a name) or "plain" (just the issue's name)
+    actions: str = "numbers"  # the action cue: "words" (answer offer, accept or walk away) or "numbers"
+    # (the three choices numbered; a number or the word both read)
     message_tokens: int = 40  # budget of the free-text slot (cues on)
     action_tokens: int = 6
     slot_tokens: int = 12
@@ -37,6 +41,8 @@ class PromptSettings:
     def __post_init__(self) -> None:
         if self.slots not in SLOT_STYLES:
             raise ValueError(f"slots must be one of {SLOT_STYLES}, got {self.slots!r}")
+        if self.actions not in ACTION_STYLES:
+            raise ValueError(f"actions must be one of {ACTION_STYLES}, got {self.actions!r}")
         if self.message_tokens < 0:
             raise ValueError(f"message_tokens must be >= 0, got {self.message_tokens}")
         for name in ("action_tokens", "slot_tokens", "reply_tokens"):
@@ -109,6 +115,11 @@ def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str
 
 MESSAGE_CUE = "Message:"
 ACTION_CUE = "\nAction:"
+NUMBERED_ACTION_CUE = "\nAction (1 = offer, 2 = accept, 3 = walk away). Number:"
+
+
+def action_cue(settings: PromptSettings) -> str:
+    return NUMBERED_ACTION_CUE if settings.actions == "numbers" else ACTION_CUE
 
 
 def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:

@@ -55,6 +55,8 @@ class TeacherAgent(HFAgent):
         if slot == "message":
             return f" {message}\n"
         if slot == "action":
+            if self.settings.actions == "numbers":
+                return f" {1 + ('offer', 'accept', 'walk away').index(word)}\n"
             return f" {word}\n"
         if slot.startswith("issue:"):
             k = int(slot.split(":")[1])

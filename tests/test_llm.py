@@ -204,3 +204,20 @@ def test_garbage_is_an_invalid_action_and_nothing_crashes(tokenizer, cues):
         if neg.done:
             break
     assert neg.agreement is None
+
+
+def test_an_answer_that_ends_the_turn_still_reads(tokenizer):
+    """'3<|im_end|>' in the action slot is a walk-away: the end-of-turn token closes the slot."""
+    s = SCENARIOS[1]
+
+    class EndsTurn(Scripted):
+        def continue_batch(self, seqs, max_new_tokens, temperature, stop_chars="\n", generator=None):
+            ids = self.tokenizer.encode(" 3", add_special_tokens=False) + [self.tokenizer.eos_token_id]
+            seqs[0].ids.extend(ids)
+            return [Sample(ids=ids, logprobs=[-1.0] * len(ids), stopped="eos")]
+
+    agent = HFAgent(EndsTurn(tokenizer, []), s, "seller", PromptSettings(message_tokens=0), 1.0, "hf:ends")
+    neg = Negotiation(s, ProtocolConfig(opener="seller"))
+    reply = agent.respond(neg)
+    assert type(reply.action).__name__ == "WalkAway"
+    assert agent.trajectory.completion_ids[-1] == tokenizer.eos_token_id

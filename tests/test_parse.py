@@ -1,6 +1,6 @@
 import pytest
 
-from haggler.parse import match_name, parse_reply, read_action_word, read_slot, split_message
+from haggler.parse import match_name, parse_reply, read_action_slot, read_action_word, read_slot, split_message
 from haggler.types import Accept, Invalid, Offer, WalkAway
 from tests.conftest import small_scenario
 
@@ -75,3 +75,23 @@ def test_action_words_and_slots():
     assert read_slot(" 3", ("a", "b"), numbered=True)[0] is None
     assert read_slot(" 2", ("a", "b"), numbered=False)[0] is None
     assert read_slot("1", ("2", "1"), numbered=True)[0] is None  # a name and another option's number
+
+
+def test_numbered_slots_read_a_number_its_name_or_both_when_they_agree():
+    months = ("6 months", "12 months", "24 months")
+    assert read_slot(" 2 = 12 months", months, numbered=True) == (1, "")
+    assert read_slot(" 2 (12 months)", months, numbered=True) == (1, "")
+    assert read_slot(" 2. 12 months", months, numbered=True) == (1, "")
+    assert read_slot(" 2 = 24 months", months, numbered=True)[0] is None  # number and name disagree
+    assert read_slot(" 2. Carrying on", months, numbered=True)[0] is None  # a number, then chatter
+    assert read_slot(" 12 months", months, numbered=True) == (1, "")
+
+
+def test_numbered_action_slot():
+    assert read_action_slot(" 1", numbered=True) == ("offer", "")
+    assert read_action_slot(" 2.", numbered=True) == ("accept", "")
+    assert read_action_slot(" 3", numbered=True) == ("walk_away", "")
+    assert read_action_slot(" walk away", numbered=True)[0] == "walk_away"
+    assert read_action_slot(" 4", numbered=True)[0] is None
+    assert read_action_slot(" 3. Carrying", numbered=True)[0] is None
+    assert read_action_slot(" 3", numbered=False)[0] is None  # no numbered cue: a number means nothing

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haggler.backends.hf import HFModel, Sample, Sequence
-from haggler.parse import parse_reply, read_action_word, read_slot
-from haggler.prompts import ACTION_CUE, MESSAGE_CUE, PromptSettings, observe, slot_cue, system_prompt
+from haggler.parse import parse_reply, read_action_slot, read_slot
+from haggler.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt
 from haggler.protocol import Negotiation
 from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
@@ -132,9 +132,10 @@ class HFAgent:
         """Fill one slot ("reply", "message", "action" or "issue:K") with the model's own tokens."""
         sample = yield SampleRequest(self.model, self.sequence, max_new, self.temperature, stop_chars)
         self.trajectory.add(sample.ids, sampled=True, logprobs=sample.logprobs)
-        text = self.tokenizer.decode(sample.ids)
-        self.generated_texts.append(text)
-        return text, sample
+        self.generated_texts.append(self.tokenizer.decode(sample.ids))
+        # The end-of-turn token closes the slot; it is not part of the answer ("3<|im_end|>" reads as "3").
+        said = sample.ids[:-1] if sample.stopped == "eos" and sample.ids else sample.ids
+        return self.tokenizer.decode(said), sample
 
     def _close_turn(self, last: Sample | None) -> None:
         if last is None or last.stopped != "eos":
@@ -165,10 +166,10 @@ class HFAgent:
         if last is not None and last.stopped == "eos":
             action = Invalid("the turn ended before an action")
         else:
-            cue(ACTION_CUE)
+            cue(action_cue(self.settings))
             segment, last = yield from self._sample(self.settings.action_tokens, "\n", "action")
             text += segment
-            kind, _, why = read_action_word(segment)
+            kind, why = read_action_slot(segment, self.settings.actions == "numbers")
             if kind is None:
                 action = Invalid(why)
             elif kind == "accept":
