@@ -79,12 +79,82 @@ def cmd_run(args: argparse.Namespace) -> int:
         endpoints.setdefault(DEFAULT_ENDPOINT, Endpoint(base_url=args.base_url))
     settings = RunSettings(
         no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
-        prompt=PromptSettings(cues=not args.no_cues, slots=args.slots), batch_size=args.batch_size,
+        prompt=PromptSettings(cues=not args.no_cues, slots=args.slots, actions=args.actions,
+                              message_tokens=args.message_tokens), batch_size=args.batch_size,
         endpoints=endpoints, api_max_tokens=args.api_max_tokens,
     )
     report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
     return 1 if report.errors else 0
+
+
+def _train_config(args: argparse.Namespace) -> object:
+    """The config with its overrides, validated, and the model checked: before anything heavy loads."""
+    import yaml
+
+    from haggler.train_config import ConfigError, check_model_source, load_config
+
+    overrides: dict[str, object] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. grpo.beta=0.04")
+        overrides[key.strip()] = yaml.safe_load(value)
+    for flag, key in (("learning_rate", "grpo.learning_rate"), ("max_steps", "grpo.max_steps"),
+                      ("output_dir", "output_dir")):
+        if getattr(args, flag, None) is not None:
+            overrides[key] = getattr(args, flag)
+    cfg = load_config(args.config, overrides)
+    check_model_source(cfg.model, f"{args.config}: model")
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = _train_config(args)
+    from haggler.train import run_training
+
+    run_training(cfg, resume=args.resume)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from haggler.train_config import ConfigError
+
+    cfg = _train_config(args)
+    if cfg.warm_start is None:
+        raise ConfigError(f"{args.config}: warm_start: this config names no warm start")
+    from haggler.sft import run_warm_start
+
+    out = run_warm_start(cfg, force=args.force)
+    if args.measure:
+        import json
+
+        from haggler.measure import valid_action_rate
+        from haggler.train import prompt_settings
+
+        settings = prompt_settings(cfg)
+        for label, spec in (("before", f"hf:{cfg.model}"), ("after", f"hf:{out}")):
+            figures = valid_action_rate(spec, args.measure, cfg.warm_start.max_turns, settings,
+                                        cfg.grpo.temperature)
+            print(f"valid actions {label} the warm start: {figures['valid_rate']:.1%} of {figures['turns']} turns")
+            print(json.dumps({"measure": f"valid_actions_{label}", **figures}))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from haggler.plan import alternatives, estimate, render
+
+    asked = dict(model=args.model, lora=args.lora, gpu_memory_gb=args.gpu_memory, seq_len=args.seq_len,
+                 micro_batch=args.micro_batch, gpus=args.gpus, vllm_share=args.vllm_share,
+                 optimizer_bits=args.optimizer_bits, offload=args.offload)
+    plan = estimate(**asked)
+    print(render(plan))
+    if not plan.fits:
+        found = alternatives(asked)
+        print("would fit with:" if found else "nothing tried fits; shorten --seq-len or add GPUs")
+        for alt in found:
+            print(f"  {alt.settings}: {alt.total_gib:.1f} GiB")
+    return 0 if plan.fits else 1
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -188,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="language-model agents write the whole reply (default: the environment cues each slot)")
     r.add_argument("--slots", choices=("numbers", "names", "plain"), default="numbers",
                    help="how a cued issue slot presents its options")
+    r.add_argument("--actions", choices=("numbers", "words"), default="numbers",
+                   help="how the cued action slot presents offer / accept / walk away")
+    r.add_argument("--message-tokens", type=int, default=40,
+                   help="budget of the cued free-text message (0: no message); a model haggler trained uses its own")
     r.add_argument("--batch-size", type=int, default=64, help="negotiations played in lockstep at once")
     r.add_argument("--base-url", default=None,
                    help="the default OpenAI-compatible endpoint (else OPENAI_BASE_URL); its key: OPENAI_API_KEY")
@@ -196,6 +270,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a YAML table of named endpoints for specs like openai:MODEL@NAME")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=cmd_run)
+
+    def train_flags(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--config", required=True, help="a training config (YAML), e.g. configs/demo.yaml")
+        q.add_argument("--learning-rate", type=float, default=None)
+        q.add_argument("--max-steps", type=int, default=None)
+        q.add_argument("--output-dir", default=None)
+        q.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override any config key, e.g. --set grpo.beta=0.04 (repeatable)")
+
+    t = sub.add_parser("train", help="GRPO-train a seller (warm start first when the config names one)")
+    train_flags(t)
+    t.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the output dir")
+    t.set_defaults(func=cmd_train)
+
+    sf = sub.add_parser("sft", help="only the imitation warm start of a training config")
+    train_flags(sf)
+    sf.add_argument("--force", action="store_true", help="redo it even if its output is there")
+    sf.add_argument("--measure", type=int, default=0, metavar="N",
+                    help="measure the valid-action rate before and after on N negotiations")
+    sf.set_defaults(func=cmd_sft)
+
+    pn = sub.add_parser("plan", help="estimate a training run's GPU memory and whether it fits")
+    pn.add_argument("--model", required=True, help="a Hugging Face id, a model folder, or a size such as 4.5B")
+    pn.add_argument("--lora", action="store_true")
+    pn.add_argument("--gpu-memory", type=float, default=80.0, help="GiB per GPU")
+    pn.add_argument("--gpus", type=int, default=1)
+    pn.add_argument("--seq-len", type=int, default=4096, help="tokens per training sequence")
+    pn.add_argument("--micro-batch", type=int, default=1, help="sequences per forward/backward pass")
+    pn.add_argument("--vllm-share", type=float, default=0.0,
+                    help="share of GPU memory given to a colocated vLLM (0: a separate server or none)")
+    pn.add_argument("--optimizer-bits", type=int, choices=(32, 8), default=32, help="AdamW state precision")
+    pn.add_argument("--offload", action="store_true", help="optimizer states offloaded to CPU (ZeRO-3 offload)")
+    pn.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("summary", help="a table per seller x buyer")
     s.add_argument("results", nargs="+")

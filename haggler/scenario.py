@@ -6,6 +6,7 @@ the line, the scenario and the field of anything broken, so a bad file never hal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -171,6 +172,13 @@ class Scenario(BaseModel):
         if extra:
             raise KeyError(f"unknown issues {sorted(extra)}")
         return tuple(out)
+
+
+def fingerprint(scenario: Scenario) -> str:
+    """The same issues and preferences give the same fingerprint, whatever the id, wording or turn limit:
+    what training compares against evaluation scenarios to keep the two apart."""
+    body = scenario.model_dump(mode="json", include={"issues", "seller", "buyer"})
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _describe(err: ValidationError) -> str:

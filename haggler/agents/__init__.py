@@ -33,6 +33,7 @@ class AgentContext:
     endpoints: dict[str, Any] = field(default_factory=dict)  # name -> Endpoint; "default" from the environment
     models: dict[str, Any] = field(default_factory=dict)
     clients: dict[tuple[str, str], Any] = field(default_factory=dict)
+    trained_prompts: dict[str, PromptSettings | None] = field(default_factory=dict)
 
     def chat_client(self, model: str, endpoint: str) -> Any:
         from haggler.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
@@ -44,12 +45,34 @@ class AgentContext:
             self.clients[(model, endpoint)] = ChatClient(ep, model)
         return self.clients[(model, endpoint)]
 
+    def prompt_for(self, name: str) -> PromptSettings:
+        """A model haggler trained plays in the prompt format it was trained on (recorded in its folder);
+        any other model gets the run's settings."""
+        if name not in self.trained_prompts:
+            self.trained_prompts[name] = trained_prompt_settings(name)
+        return self.trained_prompts[name] or self.prompt
+
     def hf_model(self, name: str) -> Any:
         if name not in self.models:
             from haggler.backends.hf import HFModel
 
             self.models[name] = HFModel(name, kv_reuse=self.kv_reuse)
         return self.models[name]
+
+
+MODEL_MARKER = "haggler-model.json"  # written last into a model folder that haggler trained
+
+
+def trained_prompt_settings(name: str) -> PromptSettings | None:
+    """The prompt settings recorded in a haggler-trained model folder, if ``name`` is one."""
+    import json
+    from pathlib import Path
+
+    marker = Path(name) / MODEL_MARKER
+    if not marker.is_file():
+        return None
+    recorded = json.loads(marker.read_text()).get("prompt")
+    return PromptSettings(**recorded) if recorded else None
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -103,4 +126,4 @@ def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: Ag
                         context.api_max_tokens, spec)
     from haggler.agents.llm import HFAgent
 
-    return HFAgent(context.hf_model(name), scenario, side, context.prompt, context.temperature, spec)
+    return HFAgent(context.hf_model(name), scenario, side, context.prompt_for(name), context.temperature, spec)

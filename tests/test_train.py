@@ -1,0 +1,232 @@
+"""GRPO training on TRL with a tiny model built here (real SmolLM2 tokenizer and template), on CPU."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("trl")
+
+from haggler.agents import AgentContext  # noqa: E402
+from haggler.evaluate import run  # noqa: E402
+from haggler.generate import generate_scenarios  # noqa: E402
+from haggler.grid import make_grid, write_grid  # noqa: E402
+from haggler.scenario import write_scenarios  # noqa: E402
+from haggler.score import score  # noqa: E402
+from haggler.train import (  # noqa: E402
+    FINAL_MARKER, NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks,
+)
+from haggler.train_config import ConfigError, load_config  # noqa: E402
+from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
+
+ANSWERS = (" 1", " 2", " 3", "1", "2", "3", "\n")  # what the biased tiny model says: action and option numbers
+
+
+def biased_tiny_model(tokenizer, allowed=ANSWERS, seed=0):
+    """A tiny random Llama whose lm_head has a bias that leaves only ``allowed`` tokens (and end-of-turn)
+    plausible: its turns are numbers, so offers, accepts and walk-aways all happen and rewards vary."""
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    head = torch.nn.Linear(32, len(tokenizer), bias=True)
+    with torch.no_grad():
+        head.weight.copy_(model.lm_head.weight * 5)
+        head.bias.fill_(-30.0)
+        ids = {i for text in allowed for i in tokenizer.encode(text, add_special_tokens=False)}
+        head.bias[sorted(ids)] = 0.0
+        head.bias[tokenizer.eos_token_id] = -4.0
+    model.lm_head = head
+    return model
+
+
+def config(tmp_path, **over):
+    data = {"model": "default", "output_dir": str(tmp_path / "out"), "dtype": "float32",
+            "scenarios": {"n": 6, "seed": 1001, "max_turns": 4},
+            "buyers": [{"spec": "scripted:conceder"}, {"spec": "scripted:linear"}],
+            "prompt": {"message_tokens": 0, "slot_tokens": 3, "action_tokens": 3},
+            "grpo": {"learning_rate": 5e-3, "max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8,
+                     "save_steps": 1, "report_to": "none", "use_cpu": True, "bf16": False, "seed": 3}}
+    for k, v in over.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    return load_config(data=data)
+
+
+class Recorder(NegotiationRollout):
+    """The real rollout function, keeping what it returned and the engine's own scores of each game."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.calls = []
+
+    def _collect(self, prompts, games):
+        out = super()._collect(prompts, games)
+        engine = [score(g.negotiation, self.cfg.no_deal).seller_score for g in games]
+        texts = [g.agents["seller"].generated_texts for g in games]
+        self.calls.append({"prompts": list(prompts), "out": out, "engine": engine, "texts": texts,
+                           "games": games})
+        return out
+
+
+def trainer_for(cfg, tokenizer, model, callbacks=None):  # noqa: F811
+    tasks = training_tasks(cfg)
+    rollout = Recorder(cfg, tasks)
+    trainer = build_trainer(cfg, model, tokenizer, tasks, rollout=rollout, callbacks=callbacks)
+    seen = {"rewards": [], "loss_inputs": []}
+    reward_func = trainer.reward_funcs[0]
+
+    def recording_reward(*args, **kwargs):
+        r = reward_func(*args, **kwargs)
+        seen["rewards"].append(list(r))
+        return r
+
+    recording_reward.__name__ = reward_func.__name__
+    trainer.reward_funcs[0] = recording_reward
+    original = trainer.compute_loss
+
+    def recording_loss(model, inputs, *a, **kw):
+        seen["loss_inputs"].append({k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)})
+        return original(model, inputs, *a, **kw)
+
+    trainer.compute_loss = recording_loss
+    return trainer, rollout, seen
+
+
+def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_two(tmp_path, tokenizer):  # noqa: F811
+    cfg = config(tmp_path)
+    model = biased_tiny_model(tokenizer)
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    trainer, rollout, seen = trainer_for(cfg, tokenizer, model)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(rollout.calls) == 2
+
+    for call, rewards in zip(rollout.calls, seen["rewards"]):
+        # groups: G consecutive copies of one task, i.e. one scenario, buyer, buyer seed and opener
+        prompts = call["prompts"]
+        assert all(len(set(prompts[i:i + 4])) == 1 for i in range(0, len(prompts), 4))
+        for i in range(0, len(prompts), 4):
+            games = call["games"][i:i + 4]
+            assert len({(g.negotiation.scenario.id, g.negotiation.config.opener) for g in games}) == 1
+            if games[0].negotiation.config.opener == "buyer":  # the same buyer seed: the same opening offer
+                assert len({g.negotiation.turns[0].action for g in games}) == 1
+        # the rewards TRL received are the engine's scores
+        assert rewards == pytest.approx(call["engine"])
+    # rewards varied inside some group, so there was something to learn...
+    assert any(len(set(c["engine"][i:i + 4])) > 1 for c in rollout.calls for i in range(0, 8, 4))
+    # ...and the weights moved
+    after = dict(model.named_parameters())
+    assert any(not torch.equal(before[k], after[k].detach()) for k in before)
+
+    # the loss mask is exactly the seller's sampled tokens (TRL shuffles rows: match them by their tokens)
+    for call, inputs in zip(rollout.calls, seen["loss_inputs"]):
+        by_tokens = {tuple(c): (m, t) for c, m, t in zip(call["out"]["completion_ids"], call["out"]["env_mask"],
+                                                         call["texts"])}
+        lengths = inputs["completion_mask"].sum(1).tolist()
+        loss_mask = (inputs["completion_mask"] * inputs["tool_mask"]).tolist()
+        assert len(lengths) == 8
+        for n, m, ids in zip(lengths, loss_mask, inputs["completion_ids"].tolist()):
+            env_mask, texts = by_tokens[tuple(ids[:n])]
+            assert m[:n] == env_mask and not any(m[n:])
+            assert "".join(tokenizer.decode(ids[a:b]) for a, b in _runs(m)) == "".join(texts)
+
+    out = Path(cfg.output_dir)
+    assert (out / "checkpoint-2").is_dir() and latest_checkpoint(cfg.output_dir).endswith("checkpoint-2")
+
+    # resume: a new process would rebuild everything; it continues at step 2, not 0
+    cfg3 = config(tmp_path, grpo={"max_steps": 3})
+    trainer3, rollout3, _ = trainer_for(cfg3, tokenizer, biased_tiny_model(tokenizer, seed=9))
+    trainer3.train(resume_from_checkpoint=latest_checkpoint(cfg3.output_dir))
+    assert trainer3.state.global_step == 3 and len(rollout3.calls) == 1
+    # the resumed weights are the checkpoint's, not the fresh model's
+    final = save_final(trainer3, cfg3, "tiny")
+    marker = json.loads((final / FINAL_MARKER).read_text())
+    assert marker["steps"] == 3 and marker["prompt"]["message_tokens"] == 0
+    assert (final / "config.json").is_file() and list(final.glob("*.safetensors"))
+
+
+def test_equal_rewards_give_zero_advantage_and_no_update(tmp_path, tokenizer):  # noqa: F811
+    cfg = config(tmp_path, grpo={"max_steps": 1})
+    model = biased_tiny_model(tokenizer, allowed=("x", "y"))  # never a number: every action invalid
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    trainer, rollout, _ = trainer_for(cfg, tokenizer, model)
+    trainer.train()
+    for i in range(0, 8, 4):
+        assert len(set(rollout.calls[0]["engine"][i:i + 4])) == 1
+    assert all(torch.equal(before[k], v.detach()) for k, v in model.named_parameters())
+
+
+def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):  # noqa: F811
+    cfg = config(tmp_path, grpo={"max_steps": 1})
+    trainer, _, _ = trainer_for(cfg, tokenizer, biased_tiny_model(tokenizer))
+    trainer.train()
+    final = save_final(trainer, cfg, "tiny")
+    scenarios = generate_scenarios(2, 77, max_turns=4)
+    write_scenarios(scenarios, tmp_path / "eval.jsonl")
+    write_grid(make_grid([s.id for s in scenarios], ["scripted:conceder"], ["seller"]), tmp_path / "grid.jsonl")
+    report = run(tmp_path / "grid.jsonl", tmp_path / "eval.jsonl", f"hf:{final}", tmp_path / "results.jsonl")
+    assert report.played == 2 and report.errors == 0
+    record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
+    # it plays in the format it was trained on (no message slot), recorded with the results
+    assert record["agents"]["seller"]["max_tokens"]["message"] == 0
+
+
+def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):  # noqa: F811
+    from haggler.backends.hf import HFModel
+    from haggler.train import _fill_errored_with_group_mean
+
+    scores = [0.2, None, 0.6, None]
+    _fill_errored_with_group_mean(["a", "a", "b", "b"], scores)
+    assert scores == [0.2, 0.2, 0.6, 0.6]
+    cfg = config(tmp_path)
+    rollout = NegotiationRollout(cfg, training_tasks(cfg), AgentContext())
+    # a buyer that cannot be reached (no such endpoint): every negotiation of the group errors
+    rollout.tasks = {k: t.__class__(t.key, t.scenario, "openai:nobody@nowhere", t.buyer_seed, t.opener)
+                     for k, t in rollout.tasks.items()}
+    model = HFModel("tiny", model=biased_tiny_model(tokenizer), tokenizer=tokenizer)
+    key = next(iter(rollout.tasks))
+    out = rollout.play(model, [key] * 4, 1.0)
+    assert out["errored"] == [True] * 4
+    assert all(sum(m) == 0 for m in out["env_mask"]) and out["seller_score"] == [0.0] * 4
+    assert all(len(c) == len(m) == len(lp) for c, m, lp in zip(out["completion_ids"], out["env_mask"], out["logprobs"]))
+
+
+def test_training_refuses_evaluation_scenarios(tmp_path):
+    scenarios = generate_scenarios(6, 1001, max_turns=4)
+    write_scenarios(scenarios[2:3], tmp_path / "eval.jsonl")
+    cfg = config(tmp_path, exclude_scenarios=[str(tmp_path / "eval.jsonl")])
+    with pytest.raises(ConfigError, match="exclude_scenarios"):
+        training_tasks(cfg)
+
+
+@pytest.mark.parametrize("body, key", [
+    ("model: default\noutput_dir: x\ngrpo: {learning_rate: -1.0}\n", "grpo.learning_rate"),
+    ("model: default\noutput_dir: x\ngrpo: {learnig_rate: 1.0e-5}\n", "grpo.learnig_rate: unknown key"),
+    ("output_dir: x\n", "model: required key is missing"),
+    ("model: /no/such/model/folder\noutput_dir: x\n", "model: '/no/such/model/folder'"),
+    ("model: default\noutput_dir: x\nbuyers: [{spec: 'scripted:nobody'}]\n", "buyers"),
+    ("model: default\noutput_dir: x\ngrpo: {num_generations: 3, per_device_train_batch_size: 8}\n", "num_generations"),
+])
+def test_a_bad_config_fails_before_any_model_loads_naming_the_key(tmp_path, body, key):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    code = ("import sys; from haggler.cli import main; rc = main(['train', '--config', sys.argv[1]]);"
+            "print('rc', rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert "rc 2 False False" in done.stdout, done.stdout + done.stderr
+    assert key in done.stderr and str(path) in done.stderr
+
+
+def test_overrides_reach_the_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model: default\noutput_dir: x\n")
+    cfg = load_config(path, {"grpo.learning_rate": 3e-6, "grpo.max_steps": 7, "output_dir": "y", "lora.r": 8})
+    assert (cfg.grpo.learning_rate, cfg.grpo.max_steps, cfg.output_dir, cfg.lora.r) == (3e-6, 7, "y", 8)
+    with pytest.raises(ConfigError, match="grpo.beta"):
+        load_config(path, {"grpo.beta": -1})
