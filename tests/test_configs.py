@@ -1,0 +1,44 @@
+"""The shipped configs load, and what they say reaches TRL and accelerate under the names those libraries use."""
+
+from pathlib import Path
+
+import pytest
+
+from haggler.train_config import load_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@pytest.mark.parametrize("name", ["demo.yaml", "gemma4.yaml"])
+def test_training_configs_load_and_build_trl_arguments(name):
+    pytest.importorskip("trl")
+    from haggler.train import grpo_args, peft_config
+
+    cfg = load_config(CONFIGS / name)
+    # GPU-only settings switched off here only so that the arguments can be built on this CPU machine
+    cpu = cfg.model_copy(update={"grpo": cfg.grpo.model_copy(update={"bf16": False, "use_cpu": True,
+                                                                     "use_vllm": False})})
+    args = grpo_args(cpu)
+    assert args.learning_rate == cfg.grpo.learning_rate and args.num_generations == cfg.grpo.num_generations
+    assert args.temperature == cfg.grpo.temperature and args.top_k == 0 and args.top_p == 1.0
+    assert args.beta == cfg.grpo.beta and args.loss_type == cfg.grpo.loss_type
+    lora = peft_config(cfg)
+    assert (lora is None) == (cfg.lora is None)
+
+
+def test_gemma4_recipe_is_the_studys():
+    cfg = load_config(CONFIGS / "gemma4.yaml")
+    assert cfg.grpo.bf16 and cfg.grpo.use_vllm and cfg.lora is not None and cfg.warm_start is None
+    text = (CONFIGS / "gemma4.yaml").read_text()
+    for rate in ("1e-6", "3e-6", "1e-5"):
+        assert rate in text
+
+
+@pytest.mark.parametrize("name", ["fsdp2.yaml", "zero3.yaml"])
+def test_accelerate_configs_parse(name):
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    c = ClusterConfig.from_yaml_file(str(CONFIGS / "accelerate" / name))
+    assert c.mixed_precision == "bf16" and c.num_processes > 1
+    assert str(c.distributed_type).endswith("FSDP" if name.startswith("fsdp") else "DEEPSPEED")
