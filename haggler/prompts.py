@@ -54,8 +54,9 @@ def _pct(x: float) -> str:
     return f"{round(100 * x)}%"
 
 
-def system_prompt(scenario: Scenario, side: Side) -> str:
-    """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs."""
+def system_prompt(scenario: Scenario, side: Side, cued: bool = False) -> str:
+    """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs.
+    With ``cued`` the environment writes the reply's skeleton itself, so the format is not explained."""
     prefs = scenario.preferences(side)
     counterpart = other(side)
     lines = [
@@ -68,6 +69,11 @@ def system_prompt(scenario: Scenario, side: Side) -> str:
     lines += [
         f"Your score for a deal is the sum of weight times value. No deal scores {prefs.reservation:.2f}."
         f" Keep these numbers secret. There are {scenario.max_turns} turns in all.",
+    ]
+    if cued:
+        lines.append("Each turn you fill in an action (offer, accept or walk away) and, for an offer, an option per issue.")
+        return "\n".join(lines)
+    lines += [
         "Reply with a line 'Message: <text>', then a line 'Action: offer', 'Action: accept' (the"
         f" {counterpart}'s last offer) or 'Action: walk away'; after 'Action: offer', one line per issue:",
     ]

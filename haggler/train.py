@@ -170,7 +170,7 @@ class NegotiationRollout:
             errored = neg.ended_by == "error"
             if tr is None:  # the seller never spoke (the buyer ended it first): nothing of its own to train on
                 prompt = tok.apply_chat_template(
-                    [{"role": "system", "content": system_prompt(neg.scenario, "seller")},
+                    [{"role": "system", "content": system_prompt(neg.scenario, "seller", self.settings.cues)},
                      {"role": "user", "content": observe(neg, "seller")}], add_generation_prompt=True, tokenize=True)
                 prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
                 completion, mask, lps = [tok.eos_token_id], [0], [0.0]

@@ -20,7 +20,7 @@ class HumanAgent:
         self.side = side
         self.ask = ask
         self.say = say
-        self.say(system_prompt(scenario, side).split("\nReply with")[0])
+        self.say(system_prompt(scenario, side, cued=True))
 
     def respond(self, negotiation: Negotiation) -> Reply:
         s, counterpart = self.scenario, other(self.side)

@@ -119,7 +119,7 @@ class HFAgent:
     def _open_turn(self, negotiation: Negotiation) -> None:
         user = observe(negotiation, self.side)
         if self.sequence is None:
-            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side)},
+            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side, self.settings.cues)},
                         {"role": "user", "content": user}]
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
