@@ -157,6 +157,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0 if plan.fits else 1
 
 
+def cmd_study(args: argparse.Namespace) -> int:
+    from haggler.study_config import load_study
+
+    cfg = load_study(args.config)  # validated before anything heavy loads
+    from haggler.study import plan_arms, run_study
+
+    if args.action == "plan":
+        arms, trainings = plan_arms(cfg)
+        for a in arms:
+            extra = f" lr {a.learning_rate:g} seed {a.seed}" if a.kind == "rl" else ""
+            print(f"{a.kind:<9} {a.name:<28} {a.spec}{extra}")
+        print(f"{len(trainings)} training run(s); results in {cfg.output_dir}")
+        return 0
+    report = run_study(cfg, study_path=args.config, progress=not args.no_progress)
+    print(f"report: {report}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from haggler.report import build_report
+
+    study = None
+    if args.study:
+        from haggler.study_config import load_study
+
+        study = load_study(args.study)
+    build_report(args.results, args.out, study=study, study_path=args.study)
+    print(f"report written to {args.out} (report.html, report.md, summary.json, plots/, tables/)")
+    return 0
+
+
 def cmd_summary(args: argparse.Namespace) -> int:
     from haggler.results import latest, read_records
     from haggler.summary import render, summarize
@@ -303,6 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--optimizer-bits", type=int, choices=(32, 8), default=32, help="AdamW state precision")
     pn.add_argument("--offload", action="store_true", help="optimizer states offloaded to CPU (ZeRO-3 offload)")
     pn.set_defaults(func=cmd_plan)
+
+    st = sub.add_parser("study", help="the whole study: train every RL arm, evaluate every arm, report")
+    st.add_argument("action", choices=("run", "plan"), help="run it (resumable), or list its arms")
+    st.add_argument("config", help="a study config, e.g. configs/demo-study.yaml")
+    st.add_argument("--no-progress", action="store_true")
+    st.set_defaults(func=cmd_study)
+
+    rp = sub.add_parser("report", help="statistics, plots, tables and an HTML report from results files")
+    rp.add_argument("results", nargs="+")
+    rp.add_argument("--out", required=True)
+    rp.add_argument("--study", default=None, help="the study config: arms, bases, sizes, rates, seeds")
+    rp.set_defaults(func=cmd_report)
 
     s = sub.add_parser("summary", help="a table per seller x buyer")
     s.add_argument("results", nargs="+")
