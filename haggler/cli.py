@@ -287,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of language-model agents")
     r.add_argument("--no-cues", action="store_true",
                    help="language-model agents write the whole reply (default: the environment cues each slot)")
-    r.add_argument("--slots", choices=("numbers", "names", "plain"), default="numbers",
+    r.add_argument("--slots", choices=("numbers", "indexed", "names", "plain"), default="numbers",
                    help="how a cued issue slot presents its options")
     r.add_argument("--actions", choices=("numbers", "words"), default="numbers",
                    help="how the cued action slot presents offer / accept / walk away")

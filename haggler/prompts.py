@@ -21,7 +21,7 @@ from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
 
 
-SLOT_STYLES = ("numbers", "names", "plain")
+SLOT_STYLES = ("numbers", "indexed", "names", "plain")
 ACTION_STYLES = ("words", "numbers")
 ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's order
 
@@ -30,6 +30,7 @@ ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's o
 class PromptSettings:
     cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
     slots: str = "numbers"  # each issue's cue: "numbers" (numbered options, answer a number or a name),
+    # "indexed" (options numbered once in the system prompt, the cue gives only the range: fewer tokens),
     # "names" (the options listed, answer a name) or "plain" (just the issue's name)
     actions: str = "numbers"  # the action cue: "words" (answer offer, accept or walk away) or "numbers"
     # (the three choices numbered; a number or the word both read)
@@ -37,6 +38,11 @@ class PromptSettings:
     action_tokens: int = 6
     slot_tokens: int = 12
     reply_tokens: int = 160  # budget of a whole free-form reply (cues off)
+
+    @property
+    def numbered(self) -> bool:
+        """Do issue slots take option numbers?"""
+        return self.slots in ("numbers", "indexed")
 
     def __post_init__(self) -> None:
         if self.slots not in SLOT_STYLES:
@@ -54,7 +60,7 @@ def _pct(x: float) -> str:
     return f"{round(100 * x)}%"
 
 
-def system_prompt(scenario: Scenario, side: Side, cued: bool = False) -> str:
+def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: bool = False) -> str:
     """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs.
     With ``cued`` the environment writes the reply's skeleton itself, so the format is not explained."""
     prefs = scenario.preferences(side)
@@ -64,7 +70,8 @@ def system_prompt(scenario: Scenario, side: Side, cued: bool = False) -> str:
         "Issues, with how much you like each option (0 to 1) and how much each issue weighs:",
     ]
     for issue in scenario.issues:
-        values = " | ".join(f"{o} {prefs.values[issue.name][o]:.2f}" for o in issue.options)
+        values = " | ".join(f"{f'{k}) ' if indexed else ''}{o} {prefs.values[issue.name][o]:.2f}"
+                            for k, o in enumerate(issue.options, start=1))
         lines.append(f"- {issue.name} (weight {prefs.weights[issue.name]:.2f}): {values}")
     lines += [
         f"Your score for a deal is the sum of weight times value. No deal scores {prefs.reservation:.2f}."
@@ -132,6 +139,8 @@ def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> 
     issue = scenario.issues[issue_index]
     if settings.slots == "numbers":
         return f"\n{issue.name} ({', '.join(f'{k} = {o}' for k, o in enumerate(issue.options, start=1))}). Number:"
+    if settings.slots == "indexed":
+        return f"\n{issue.name} (1-{len(issue.options)}):"
     if settings.slots == "names":
         return f"\n{issue.name} ({' | '.join(issue.options)}):"
     return f"\n{issue.name}:"

@@ -42,7 +42,18 @@ def warm_start_rows(cfg: TrainConfig, tokenizer: Any) -> list[dict[str, list[int
 
 
 def is_done(cfg: TrainConfig) -> bool:
-    return (cfg.warm_start_dir() / DONE_MARKER).is_file()
+    """Complete, and made with this config's prompt format and warm-start settings (else it is redone)."""
+    marker = cfg.warm_start_dir() / DONE_MARKER
+    if not marker.is_file():
+        return False
+    info = json.loads(marker.read_text())
+    return (info.get("prompt") == cfg.prompt.model_dump() and info.get("warm_start") == _ws_settings(cfg)
+            and info.get("base") == cfg.model)
+
+
+def _ws_settings(cfg: TrainConfig) -> dict[str, Any]:
+    assert cfg.warm_start is not None
+    return cfg.warm_start.model_dump(mode="json", exclude={"output_dir"})
 
 
 def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], None] = print) -> Path:
@@ -51,7 +62,7 @@ def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], N
     import time
 
     out = cfg.warm_start_dir()
-    if is_done(cfg) and not force:
+    if cfg.warm_start is not None and is_done(cfg) and not force:
         log(f"warm start already done: {out}")
         return out
     if cfg.warm_start is None:
@@ -82,7 +93,7 @@ def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], N
     trainer.save_model(str(out))
     tokenizer.save_pretrained(out)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    info = {"kind": "warm-start", "prompt": cfg.prompt.model_dump(), "teacher": ws.teacher, "buyers": ws.buyers, "examples": len(rows), "tokens": tokens,
+    info = {"kind": "warm-start", "prompt": cfg.prompt.model_dump(), "warm_start": _ws_settings(cfg), "teacher": ws.teacher, "buyers": ws.buyers, "examples": len(rows), "tokens": tokens,
             "steps": trainer.state.global_step, "seconds": round(seconds, 1),
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "base": cfg.model}

@@ -62,7 +62,7 @@ class EvalSettings(_Strict):
     batch_size: int = Field(32, ge=1)
     api_max_tokens: int = Field(300, ge=1)
     cues: bool = True
-    slots: Literal["numbers", "names", "plain"] = "numbers"
+    slots: Literal["numbers", "indexed", "names", "plain"] = "numbers"
     actions: Literal["numbers", "words"] = "numbers"
     message_tokens: int = Field(40, ge=0)
 

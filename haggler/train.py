@@ -128,15 +128,17 @@ class NegotiationRollout:
         return self._policy
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list]:
+        was_training = bool(trainer.model.training)  # before the backend switches it to eval for sampling
         model = self.policy(trainer)
         torch_model = getattr(model, "model", None)
-        was_training = bool(getattr(torch_model, "training", False))
         start = time.perf_counter()
         try:
+            if torch_model is not None:
+                torch_model.eval()
             out = self.play(model, prompts, trainer.args.temperature)
         finally:
-            if torch_model is not None and was_training:
-                torch_model.train()
+            if was_training:
+                trainer.model.train()
         self._log(trainer, out, time.perf_counter() - start)
         return out
 
@@ -170,7 +172,8 @@ class NegotiationRollout:
             errored = neg.ended_by == "error"
             if tr is None:  # the seller never spoke (the buyer ended it first): nothing of its own to train on
                 prompt = tok.apply_chat_template(
-                    [{"role": "system", "content": system_prompt(neg.scenario, "seller", self.settings.cues)},
+                    [{"role": "system", "content": system_prompt(neg.scenario, "seller", self.settings.cues,
+                                                              self.settings.cues and self.settings.slots == "indexed")},
                      {"role": "user", "content": observe(neg, "seller")}], add_generation_prompt=True, tokenize=True)
                 prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
                 completion, mask, lps = [tok.eos_token_id], [0], [0.0]

@@ -61,7 +61,7 @@ class TeacherAgent(HFAgent):
         if slot.startswith("issue:"):
             k = int(slot.split(":")[1])
             o = action.outcome[k]
-            return f" {o + 1}\n" if self.settings.slots == "numbers" else f" {s.issues[k].options[o]}\n"
+            return f" {o + 1}\n" if self.settings.numbered else f" {s.issues[k].options[o]}\n"
         lines = [f"Message: {message}", f"Action: {word}"]
         if isinstance(action, Offer):
             lines += [f"{k}: {v}" for k, v in s.names_of(action.outcome).items()]

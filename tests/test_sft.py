@@ -60,3 +60,14 @@ def test_warm_start_writes_a_model_folder_that_records_its_format(tmp_path, toke
     assert changed
     # a second call finds it done and does nothing
     assert run_warm_start(cfg, log=lambda _: None) == out
+
+
+def test_a_warm_start_made_for_another_format_is_redone(tmp_path, tokenizer):  # noqa: F811
+    folder = tmp_path / "tiny"
+    biased_tiny_model(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cfg = cfg_for(tmp_path, folder)
+    run_warm_start(cfg, log=lambda _: None)
+    assert is_done(cfg)
+    other = cfg.model_copy(update={"prompt": cfg.prompt.model_copy(update={"slots": "indexed"})})
+    assert not is_done(other)

@@ -11,6 +11,7 @@ from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("settings", [PromptSettings(), PromptSettings(slots="names", message_tokens=0),
+                                      PromptSettings(slots="indexed", message_tokens=0),
                                       PromptSettings(cues=False)])
 def test_teacher_transcripts_are_the_scripted_negotiation_in_rollout_tokens(tokenizer, settings):  # noqa: F811
     scenarios = generate_scenarios(3, 44, max_turns=6)

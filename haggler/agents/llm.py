@@ -119,7 +119,8 @@ class HFAgent:
     def _open_turn(self, negotiation: Negotiation) -> None:
         user = observe(negotiation, self.side)
         if self.sequence is None:
-            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side, self.settings.cues)},
+            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side, self.settings.cues,
+                                                                     self.settings.cues and self.settings.slots == "indexed")},
                         {"role": "user", "content": user}]
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
@@ -185,7 +186,7 @@ class HFAgent:
                 cue(slot_cue(self.scenario, k, self.settings))
                 segment, last = yield from self._sample(self.settings.slot_tokens, "\n", f"issue:{k}")
                 text += segment
-                option, why = read_slot(segment, issue.options, self.settings.slots == "numbers")
+                option, why = read_slot(segment, issue.options, self.settings.numbered)
                 if option is None:
                     action = Invalid(f"issue {issue.name!r}: {why}")
                     break
