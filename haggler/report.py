@@ -506,7 +506,8 @@ def render_html(summary: dict[str, Any], records: list[dict[str, Any]], out: Pat
             for t in r.get("transcript") or [])
         outcome = "error: " + (r.get("error") or "") if r["ended_by"] == "error" else \
             f"{'deal' if r['deal'] else 'no deal'} ({r['ended_by']}), seller score {_fmt(r['seller_score'])}"
-        items.append(f'<details class="transcript" data-arm="{e(arm)}" data-buyer="{e(r["buyer"])}" '
+        tid = f"t{len(items)}"
+        items.append(f'<details class="transcript" id="{tid}" data-arm="{e(arm)}" data-buyer="{e(r["buyer"])}" '
                      f'data-scenario="{e(r["scenario_id"])}"><summary>{e(arm)} vs {e(r["buyer"])}, '
                      f'{e(r["scenario_id"])}, {e(r["opener"])} opens: {e(outcome)}</summary><ol>{turns}</ol></details>')
 
@@ -533,6 +534,9 @@ function filter() {
 }
 ['arm', 'buyer', 'scenario'].forEach(k => sel(k).addEventListener('change', filter));
 filter();
+// report.html#t12 opens transcript 12: a link to one negotiation
+const target = location.hash && document.getElementById(location.hash.slice(1));
+if (target && target.tagName === 'DETAILS') { target.open = true; target.scrollIntoView(); }
 """
     style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;"
