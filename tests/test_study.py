@@ -1,0 +1,129 @@
+"""The study end to end with a tiny model: train, evaluate, report; killed mid-way and resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("trl")
+
+from haggler.results import read_records  # noqa: E402
+from haggler.study import plan_arms, run_study  # noqa: E402
+from haggler.study_config import load_study  # noqa: E402
+from haggler.train import FINAL_MARKER  # noqa: E402
+from haggler.train_config import ConfigError  # noqa: E402
+from tests.test_llm import tokenizer  # noqa: E402,F401
+from tests.test_train import biased_tiny_model  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_study(tmp_path, tokenizer, steps=2):  # noqa: F811
+    model_dir = tmp_path / "tiny"
+    if not model_dir.exists():
+        biased_tiny_model(tokenizer).save_pretrained(model_dir)
+        tokenizer.save_pretrained(model_dir)
+    (tmp_path / "train.yaml").write_text(f"""
+model: {model_dir}
+output_dir: unused
+dtype: float32
+scenarios: {{n: 2, seed: 1001, max_turns: 4}}
+buyers: [{{spec: "scripted:conceder"}}]
+prompt: {{message_tokens: 0, slots: indexed, slot_tokens: 3, action_tokens: 3}}
+warm_start: {{scenarios: 1, seed: 5, max_turns: 4, batch_size: 2, max_steps: 1, buyers: ["scripted:conceder"]}}
+grpo: {{learning_rate: 1.0e-3, max_steps: {steps}, num_generations: 2, per_device_train_batch_size: 2,
+        save_steps: 1, report_to: none, use_cpu: true, bf16: false}}
+""")
+    (tmp_path / "study.yaml").write_text(f"""
+name: tiny-study
+output_dir: {tmp_path / "study"}
+training: train.yaml
+bases:
+  - {{name: tiny, model: {model_dir}, size: 0.001, warm_start: true, rl: [{{learning_rate: 1.0e-3}}]}}
+references: [{{name: linear, spec: "scripted:linear"}}]
+buyers: [{{spec: "scripted:tft", family: scripted}}, {{spec: "scripted:boulware", family: scripted}}]
+grid: {{n: 2, seed: 7, max_turns: 4, openers: [seller]}}
+evaluation: {{temperature: 1.0, message_tokens: 0, batch_size: 8}}
+margin: 0.05
+bootstrap: 200
+""")
+    return tmp_path / "study.yaml"
+
+
+def check_complete(study_path):
+    cfg = load_study(study_path)
+    arms, trainings = plan_arms(cfg)
+    out = Path(cfg.output_dir)
+    records = read_records(out / "results.jsonl")
+    keys = [(r["seller"], r["cell_id"]) for r in records]
+    assert len(keys) == len(set(keys)) == 3 * 4  # 3 arms x 2 scenarios x 2 buyers, each once
+    assert all(r["ended_by"] != "error" for r in records)
+    for tc in trainings.values():
+        marker = json.loads((tc.final_model_dir() / FINAL_MARKER).read_text())
+        assert marker["steps"] == 2
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert set(summary["arms"]) == {"tiny", "tiny-rl-lr1e-3", "linear"}
+    assert {c["family"] for c in summary["comparisons"]} == {"rl_vs_base", "vs_reference"}
+    assert (out / "report" / "report.html").is_file()
+    return summary
+
+
+def test_study_runs_and_a_rerun_does_nothing_again(tmp_path, tokenizer):  # noqa: F811
+    path = write_study(tmp_path, tokenizer)
+    run_study(load_study(path), log=lambda _: None, progress=False)
+    summary = check_complete(path)
+    results = Path(load_study(path).output_dir) / "results.jsonl"
+    before = results.read_text()
+    lines = []
+    run_study(load_study(path), log=lines.append, progress=False)
+    assert results.read_text() == before  # nothing replayed
+    assert any(": done" in line for line in lines)
+    assert summary["buyer_families"] == {"scripted:tft": "scripted", "scripted:boulware": "scripted"}
+
+
+def test_a_study_killed_during_training_resumes(tmp_path, tokenizer):  # noqa: F811
+    path = write_study(tmp_path, tokenizer, steps=2)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "haggler.cli", "study", "run", str(path), "--no-progress"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    train_dir = tmp_path / "study" / "train" / "tiny-lr1e-3-s0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (train_dir / "checkpoint-1").is_dir():
+        time.sleep(0.2)
+    assert (train_dir / "checkpoint-1").is_dir(), "training never wrote its first checkpoint"
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (train_dir / "final" / FINAL_MARKER).exists()
+    lines = []
+    run_study(load_study(path), log=lines.append, progress=False)
+    check_complete(path)
+    log = json.loads((train_dir / "train_log.jsonl").read_text().splitlines()[-1])
+    assert log.get("step", 2) == 2
+
+
+def test_a_bad_study_config_names_the_key(tmp_path):
+    (tmp_path / "s.yaml").write_text("name: x\noutput_dir: y\ntraining: t.yaml\nbases: []\nbuyers: []\nmargn: 1\n")
+    with pytest.raises(ConfigError) as err:
+        load_study(tmp_path / "s.yaml")
+    text = str(err.value)
+    assert "margn: unknown key" in text and "bases" in text and "buyers" in text
+
+
+def test_shipped_study_configs_load():
+    for name in ("demo-study.yaml", "paper.yaml"):
+        cfg = load_study(ROOT / "configs" / name)
+        arms, trainings = plan_arms(cfg)
+        assert len(cfg.buyers) >= 2 and all(b.family for b in cfg.buyers)
+    paper = load_study(ROOT / "configs" / "paper.yaml")
+    assert paper.grid.n * len(paper.buyers) * len(paper.grid.openers) * paper.grid.repeats == 1152
+    rates = sorted({rl.learning_rate for b in paper.bases for rl in b.rl})
+    assert rates == [1e-6, 3e-6, 1e-5]
