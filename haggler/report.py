@@ -169,7 +169,7 @@ def compare(records_by_arm: dict[str, list[dict]], table: dict[str, ArmInfo], wi
         except ValueError as err:
             rows.append({"family": family, "a": a, "b": b, "error": str(err)})
             continue
-        row = {"family": family, **cmp.to_json()}
+        row = {"family": family, **cmp.to_json(), "a_kind": table[a].kind, "b_kind": table[b].kind}
         # cells either arm played but not both completed (errored or missing): excluded, and counted
         row["excluded_cells"] = len({r["cell_id"] for r in ra} | {r["cell_id"] for r in rb}) - cmp.common_cells
         rows.append(row)
@@ -189,15 +189,17 @@ def verdict(row: dict[str, Any]) -> str:
     p = row.get("p_holm") if row.get("p_holm") is not None else row["p_value"]
     words = f"{row['a']} - {row['b']} = {est:+.3f} (95% CI {lo:+.3f} to {hi:+.3f}; Holm p = {p:.3g})"
     eq = row.get("equivalence")
-    if lo > 0 or hi < 0:
+    if (lo > 0 or hi < 0) and p < 0.05:
         words += ": a detectable difference"
+    elif lo > 0 or hi < 0:
+        words += ": the interval excludes zero, but the test does not hold after Holm's correction (not conclusive)"
     elif eq and eq["equivalent"]:
         words += f": the interval includes zero, and the two are equivalent within +/-{eq['margin']:g} (TOST)"
     else:
         words += ": the interval includes zero (no detectable difference)"
         if eq:
             words += f", and equivalence within +/-{eq['margin']:g} is not shown either"
-    if d.get("n_seeds", 1) <= 1:
+    if d.get("n_seeds", 1) <= 1 and "rl" in (row.get("a_kind"), row.get("b_kind")):
         words += "; one training seed: the interval covers evaluation noise only"
     return words
 

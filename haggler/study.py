@@ -97,6 +97,12 @@ def plan_arms(cfg: StudyConfig) -> tuple[list[Arm], dict[str, TrainConfig]]:
                                 max_steps=tc.grpo.max_steps, seed=seed, train_dir=tc.output_dir))
     for r in cfg.references:
         arms.append(Arm(r.name, r.spec, "reference"))
+    evaluation = {b.spec for b in cfg.buyers}
+    for tc in trainings.values():
+        met = sorted(evaluation & {b.spec for b in tc.buyers})
+        if met:
+            raise ValueError(f"buyers: {met} also in the training pool of {cfg.training}; evaluation buyers must "
+                             "be ones the sellers never met in training")
     return arms, trainings
 
 

@@ -118,6 +118,14 @@ def test_a_bad_study_config_names_the_key(tmp_path):
     assert "margn: unknown key" in text and "bases" in text and "buyers" in text
 
 
+def test_evaluation_buyers_must_be_new_to_the_sellers(tmp_path, tokenizer):  # noqa: F811
+    path = write_study(tmp_path, tokenizer)
+    text = path.read_text().replace('"scripted:boulware"', '"scripted:conceder"')  # the training pool's buyer
+    path.write_text(text)
+    with pytest.raises(ValueError, match="never met in training"):
+        plan_arms(load_study(path))
+
+
 def test_shipped_study_configs_load():
     for name in ("demo-study.yaml", "paper.yaml"):
         cfg = load_study(ROOT / "configs" / name)

@@ -230,3 +230,16 @@ def test_overrides_reach_the_config(tmp_path):
     assert (cfg.grpo.learning_rate, cfg.grpo.max_steps, cfg.output_dir, cfg.lora.r) == (3e-6, 7, "y", 8)
     with pytest.raises(ConfigError, match="grpo.beta"):
         load_config(path, {"grpo.beta": -1})
+
+
+def test_lora_training_saves_a_merged_plain_model(tmp_path, tokenizer):  # noqa: F811
+    pytest.importorskip("peft")
+    cfg = config(tmp_path, grpo={"max_steps": 1}, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
+    base = biased_tiny_model(tokenizer)
+    trainer, _, _ = trainer_for(cfg, tokenizer, base)
+    trainer.train()
+    final = save_final(trainer, cfg, "tiny")
+    assert not (final / "adapter_config.json").exists()  # merged: an ordinary model folder
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(final)
+    assert not any("lora" in name for name in reloaded.state_dict())
+    assert json.loads((final / FINAL_MARKER).read_text())["config"]["lora"]["r"] == 4
