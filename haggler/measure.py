@@ -40,8 +40,10 @@ def valid_action_rate(seller: str, negotiations: int = 20, turns: int = 4, setti
     actions = [t.action for g in games for t in g.negotiation.turns if t.speaker == "seller"]
     kinds = collections.Counter(type(a).__name__ for a in actions)
     reasons = collections.Counter(a.reason[:48] for a in actions if isinstance(a, Invalid))
-    return {"seller": seller, "temperature": temperature, "cues": settings.cues, "slots": settings.slots,
-            "actions": settings.actions, "message_tokens": settings.message_tokens, "negotiations": negotiations,
+    # a model haggler trained plays in its own recorded format: report the settings the seller really used
+    used = getattr(games[0].agents["seller"], "settings", settings) if games else settings
+    return {"seller": seller, "temperature": temperature, "cues": used.cues, "slots": used.slots,
+            "actions": used.actions, "message_tokens": used.message_tokens, "negotiations": negotiations,
             "max_turns": turns, "turns": len(actions),
             "valid_rate": round(1 - kinds["Invalid"] / len(actions), 3) if actions else None,
             "by_kind": dict(kinds), "top_invalid_reasons": dict(reasons.most_common(5)), "wall_s": round(wall, 1)}

@@ -21,7 +21,7 @@ from haggler.prompts import PromptSettings
 from haggler.protocol import Negotiation, ProtocolConfig
 from haggler.rollout import Game, play_lockstep
 from haggler.scenario import Scenario
-from haggler.types import Accept, Offer, Reply, WalkAway
+from haggler.types import Accept, Offer, Reply
 
 
 class _NoModel:

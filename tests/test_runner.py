@@ -8,7 +8,7 @@ import time
 import pytest
 
 from haggler import evaluate
-from haggler.evaluate import RunSettings, run
+from haggler.evaluate import run
 from haggler.generate import generate_scenarios
 from haggler.grid import GridError, load_grid, make_grid, write_grid
 from haggler.results import ResultsError, read_latest, read_records
