@@ -215,6 +215,16 @@ def _plt() -> Any:
     return plt
 
 
+def _finish(fig: Any, ax: Any, path: Path, title: str, ylabel: str, legend_size: int = 8) -> bool:
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return True
+
+
 def plot_gain_vs_size(comparisons: list[dict], table: dict[str, ArmInfo], path: Path) -> bool:
     rows = [c for c in comparisons if c["family"] == "rl_vs_base" and "error" not in c
             and table[c["a"]].size is not None and c.get("buyer") == POOLED]
@@ -235,13 +245,7 @@ def plot_gain_vs_size(comparisons: list[dict], table: dict[str, ArmInfo], path: 
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xscale("log")
     ax.set_xlabel("model size (billions of parameters)")
-    ax.set_ylabel("RL - base seller score (95% CI)")
-    ax.set_title("Gain over base by size")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, ax, path, "Gain over base by size", "RL - base seller score (95% CI)", 10)
 
 
 def plot_per_buyer(per_buyer: dict[str, dict[str, dict]], path: Path) -> bool:
@@ -265,13 +269,7 @@ def plot_per_buyer(per_buyer: dict[str, dict[str, dict]], path: Path) -> bool:
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=buyer)
     ax.set_xticks([i + width * (len(buyers) - 1) / 2 for i in range(len(arms))])
     ax.set_xticklabels(arms, rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("mean seller score (95% CI)")
-    ax.set_title("Seller score per evaluation buyer")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, ax, path, "Seller score per evaluation buyer", "mean seller score (95% CI)")
 
 
 def training_curves(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, float]]]:
@@ -298,13 +296,7 @@ def plot_training(curves: dict[str, list[tuple[int, float]]], path: Path) -> boo
     for name, pts in curves.items():
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
     ax.set_xlabel("GRPO step")
-    ax.set_ylabel("mean reward (seller score)")
-    ax.set_title("Training reward")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _finish(fig, ax, path, "Training reward", "mean reward (seller score)", 7)
 
 
 # ---- the report ----

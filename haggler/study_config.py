@@ -9,10 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from haggler.train_config import ConfigError, _describe
+from haggler.train_config import ConfigError, _describe, read_yaml
 
 
 class _Strict(BaseModel):
@@ -101,12 +100,7 @@ class StudyConfig(_Strict):
 
 def load_study(path: str | Path) -> StudyConfig:
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: no such study file")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    data = read_yaml(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     try:

@@ -175,6 +175,17 @@ def set_key(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's content; a missing file or bad YAML is a ConfigError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{path}: no such file")
+    try:
+        return yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 data: dict[str, Any] | None = None) -> TrainConfig:
     """Read a config file (or ``data``), apply dotted-key overrides, validate. Errors name file and key."""
@@ -182,13 +193,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     if data is None:
         if path is None:
             raise ConfigError("no config given")
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"{where}: no such file")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{where}: not valid YAML: {err}") from None
+        data = read_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be a mapping of keys to values")
     data = _deep_copy(data)
