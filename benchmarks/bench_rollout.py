@@ -6,7 +6,12 @@ for both and their ratio (target: lockstep at least 4x). Also reports how many p
 read per generated token, with the key-value cache kept across turns (the default) and, for
 comparison, re-reading each negotiation in full at every call. Ends with one JSON line.
 
-    .venv/bin/python benchmarks/bench_rollout.py [--negotiations 16] [--turns 4]
+The defaults are the study's: 10 turns (``configs/paper.yaml``'s grid) and the library's default message
+length. The ratio depends on them: reading prompts (prefill) is compute-bound on a CPU and gains nothing
+from batching, while sampling one token for one sequence is bound by reading the weights and gains almost
+the batch size; the more of a negotiation is sampled rather than read, the more lockstep gains.
+
+    .venv/bin/python benchmarks/bench_rollout.py [--negotiations 16] [--turns 10] [--message-tokens 40]
 """
 
 from __future__ import annotations
@@ -45,14 +50,16 @@ def measure(model: HFModel, batches: list[list[Game]]) -> dict[str, float]:
     prompt = model.stats["prompt_tokens"] - before["prompt_tokens"]
     return {"wall_s": round(wall, 1), "generated_tokens": generated, "tokens_per_s": round(generated / wall, 2),
             "prompt_tokens_per_generated": round(prompt / max(generated, 1), 2),
-            "calls": model.stats["calls"] - before["calls"]}
+            "calls": model.stats["calls"] - before["calls"],
+            "prefill_s": round(model.stats["prefill_s"] - before["prefill_s"], 1),
+            "decode_s": round(model.stats["decode_s"] - before["decode_s"], 1)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--negotiations", type=int, default=16)
-    p.add_argument("--turns", type=int, default=4)
-    p.add_argument("--message-tokens", type=int, default=24)
+    p.add_argument("--turns", type=int, default=10)
+    p.add_argument("--message-tokens", type=int, default=PromptSettings().message_tokens)
     args = p.parse_args()
     torch.manual_seed(0)
     settings = PromptSettings(message_tokens=args.message_tokens)
@@ -63,6 +70,7 @@ def main() -> None:
     no_cache = measure(model, [games(model, max(2, args.negotiations // 4), args.turns, settings)])
     ratio = lockstep["tokens_per_s"] / alone["tokens_per_s"]
     figures = {"benchmark": "rollout", "negotiations": args.negotiations, "turns": args.turns,
+               "message_tokens": args.message_tokens,
                "lockstep": lockstep, "one_at_a_time": alone, "ratio": round(ratio, 2), "target_ratio": 4,
                "kv_cache_reused_across_turns": True, "without_kv_reuse": no_cache}
     print(f"lockstep: {lockstep['tokens_per_s']} generated tokens/s; one at a time: {alone['tokens_per_s']};"

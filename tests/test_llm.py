@@ -140,6 +140,33 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokeni
         assert alone.ids == batch[k].ids
 
 
+def test_long_unread_rows_are_read_ahead_without_changing_anything(tokenizer):
+    """A row with a long new stretch is read on its own first; every row still gets what it gets alone."""
+    from haggler.backends.hf import Sequence
+
+    long_text = " ".join(["the buyer offers a price for the chairs and the delivery date"] * 12)
+    texts = ["Hello there", "Price?", long_text, "Hi", long_text + " and more"]
+    model = tiny_model(tokenizer)
+    batch = [Sequence(ids=tokenizer.encode(t)) for t in texts[:2]]
+    model.continue_batch(batch, 3, 0.0, stop_chars="")  # two rows with a cached past
+    batch += [Sequence(ids=tokenizer.encode(t)) for t in texts[2:]]
+    for s in batch[:2]:
+        s.extend(tokenizer.encode(" and then", add_special_tokens=False))
+    samples = model.continue_batch(batch, 6, 0.0, stop_chars="")
+    assert model.stats["read_ahead"] == 2  # the two long rows, in one bucket
+    for k, text in enumerate(texts):
+        alone_model = tiny_model(tokenizer)
+        alone = Sequence(ids=tokenizer.encode(text))
+        if k < 2:
+            alone_model.continue_batch([alone], 3, 0.0, stop_chars="")
+            alone.extend(tokenizer.encode(" and then", add_special_tokens=False))
+        (a,) = alone_model.continue_batch([alone], 6, 0.0, stop_chars="")
+        assert alone_model.stats["read_ahead"] == 0
+        assert samples[k].ids == a.ids
+        assert samples[k].logprobs == pytest.approx(a.logprobs, abs=1e-4)
+        assert batch[k].ids == alone.ids and batch[k].cached == alone.cached
+
+
 def test_cache_reuse_changes_nothing(tokenizer):
     with_cache = _games(tiny_model(tokenizer, kv_reuse=True), temperature=0.0, n=2)
     without = _games(tiny_model(tokenizer, kv_reuse=False), temperature=0.0, n=2)

@@ -77,7 +77,7 @@ class HFModel:
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         self.lock = threading.Lock()  # one generate at a time per model, whichever thread asks
-        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "compactions": 0, "row_steps": 0,
+        self.stats = {"calls": 0, "prompt_tokens": 0, "generated_tokens": 0, "compactions": 0, "row_steps": 0, "read_ahead": 0,
                       "prefill_s": 0.0, "decode_s": 0.0, "copy_s": 0.0}
 
     def _stop_table(self, stop_chars: str) -> Any:
@@ -114,6 +114,8 @@ class HFModel:
             raise ValueError(f"every sequence needs a budget of at least one token, got {budgets}")
         stop_table = self._stop_table(stop_chars)
         eos = set(self.eos_ids)
+        if self.kv_reuse and len(seqs) > 1:
+            self._read_ahead(seqs)
         totals = [len(s.ids) for s in seqs]
         cached = [min(s.cached, t - 1) if self.kv_reuse else 0 for s, t in zip(seqs, totals)]
         keep = cached  # each row reads only what it has not read yet
@@ -129,19 +131,7 @@ class HFModel:
             mask[i, width + n_in - new[i]:] = 1
         clock = time.perf_counter()
         capacity = width + n_in + max(budgets)
-        past = None
-        if width > 0:
-            past = []
-            for layer in range(len(next(s.cache for s in seqs if s.cache is not None))):
-                k0, v0 = next(s.cache for s in seqs if s.cache is not None)[layer]
-                k = k0.new_zeros((rows, k0.shape[1], capacity, k0.shape[3]))
-                v = v0.new_zeros((rows, v0.shape[1], capacity, v0.shape[3]))
-                for i, s in enumerate(seqs):
-                    if keep[i]:
-                        k[i, :, width - keep[i]: width] = s.cache[layer][0][0, :, : keep[i]]
-                        v[i, :, width - keep[i]: width] = s.cache[layer][1][0, :, : keep[i]]
-                past.append((k, v))
-        cache = _buffered_cache(self.model.config, capacity, width, past)
+        cache = _buffered_cache(self.model.config, capacity, width, self._padded_past(seqs, keep, width, capacity))
         mask = mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         step_ids = input_ids.to(self.device)
@@ -224,9 +214,85 @@ class HFModel:
         self.stats["generated_tokens"] += sum(len(x) for x in out_ids)
         return [Sample(ids=out_ids[i], logprobs=out_lps[i], stopped=stopped[i]) for i in range(rows)]
 
+    def _read_ahead(self, seqs: list[Sequence]) -> None:
+        """Read the long unread stretches first, in batches of similar length, so that no row pads the rest.
+
+        One row's new system prompt (hundreds of tokens) would otherwise pad every other row's short cue
+        to its length in the batched forward pass, and prefill on a CPU costs per token, padding included.
+        The rows that stay in the sampling batch fix the width ``m`` of its first pass; every longer row
+        reads all but its last ``m`` unread tokens here, into its own cache.
+        """
+        import torch
+
+        unread = sorted(((len(s.ids) - min(s.cached, len(s.ids) - 1), i) for i, s in enumerate(seqs)), reverse=True)
+        cut = 0  # the rows unread[:cut] are read ahead
+        while cut < len(unread) - 1 and not _snug([n for n, _ in unread[cut:]]):
+            cut += 1
+        if cut == 0:
+            return
+        m = unread[cut][0]
+        long_rows = [(n - m, i) for n, i in unread[:cut] if n > m]
+        with self.lock, torch.inference_mode():
+            while long_rows:
+                size = 1
+                while size < len(long_rows) and _snug([n for n, _ in long_rows[: size + 1]]):
+                    size += 1
+                bucket, long_rows = long_rows[:size], long_rows[size:]
+                self._extend_caches([seqs[i] for _, i in bucket], [n for n, _ in bucket])
+
+    def _extend_caches(self, seqs: list[Sequence], counts: list[int]) -> None:
+        """Read the next ``counts[i]`` unread tokens of each sequence into its cache, sampling nothing."""
+        import torch
+
+        clock = time.perf_counter()
+        keep = [min(s.cached, len(s.ids) - 1) for s in seqs]
+        n_in, width, rows = max(counts), max(keep), len(seqs)
+        input_ids = torch.full((rows, n_in), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((rows, width + n_in), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            input_ids[i, n_in - counts[i]:] = torch.tensor(s.ids[keep[i]: keep[i] + counts[i]], dtype=torch.long)
+            mask[i, width - keep[i]: width] = 1
+            mask[i, width + n_in - counts[i]:] = 1
+        cache = _buffered_cache(self.model.config, width + n_in, width, self._padded_past(seqs, keep, width, width + n_in))
+        mask = mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.model(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=positions[:, width:],
+                   **{self._cache_kwarg: cache}, use_cache=True, logits_to_keep=1)
+        for j, s in enumerate(seqs):
+            past, fresh = slice(width - keep[j], width), slice(width + n_in - counts[j], width + n_in)
+            s.cache = [(torch.cat([layer.keys[j: j + 1, :, past], layer.keys[j: j + 1, :, fresh]], dim=2),
+                        torch.cat([layer.values[j: j + 1, :, past], layer.values[j: j + 1, :, fresh]], dim=2))
+                       for layer in cache.layers]
+            s.cached = keep[j] + counts[j]
+        self.stats["prompt_tokens"] += sum(counts)
+        self.stats["prefill_s"] += time.perf_counter() - clock
+        self.stats["read_ahead"] += len(seqs)
+
+    def _padded_past(self, seqs: list[Sequence], keep: list[int], width: int, capacity: int) -> list[tuple[Any, Any]] | None:
+        """Every row's cached past, right-aligned at ``width`` in buffers of ``capacity`` positions."""
+        if width == 0:
+            return None
+        first = next(s.cache for s in seqs if s.cache is not None)
+        past = []
+        for layer in range(len(first)):
+            k0, v0 = first[layer]
+            k = k0.new_zeros((len(seqs), k0.shape[1], capacity, k0.shape[3]))
+            v = v0.new_zeros((len(seqs), v0.shape[1], capacity, v0.shape[3]))
+            for i, s in enumerate(seqs):
+                if keep[i]:
+                    k[i, :, width - keep[i]: width] = s.cache[layer][0][0, :, : keep[i]]
+                    v[i, :, width - keep[i]: width] = s.cache[layer][1][0, :, : keep[i]]
+            past.append((k, v))
+        return past
+
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf", "model": self.name, "device": self.device,
                 "dtype": str(next(self.model.parameters()).dtype).removeprefix("torch.")}
+
+
+def _snug(lengths: list[int]) -> bool:
+    """Do these rows waste little when padded to the longest (a quarter of the real tokens, plus a little)?"""
+    return max(lengths) * len(lengths) <= 1.25 * sum(lengths) + 8 * len(lengths)
 
 
 def _buffered_cache(config: Any, capacity: int, length: int, past: list[tuple[Any, Any]] | None) -> Any:
