@@ -4,8 +4,8 @@ Plays N negotiations of the model as seller against a scripted Conceder buyer, w
 never ending a negotiation, and counts the seller's valid actions over all its turns
 (``haggler.measure``). Ends with one JSON line.
 
-    .venv/bin/python benchmarks/measure_valid_actions.py [--seller hf:default] [--negotiations 40] [--turns 4]
-        [--temperature 1.0] [--no-cues] [--slots numbers|names|plain] [--actions numbers|words] [--message-tokens 0]
+    .venv/bin/python benchmarks/measure_valid_actions.py [--seller hf:default] [--negotiations 60] [--turns 4]
+        [--temperature 1.0] [--no-cues] [--slots options|numbers|indexed|names|plain] [--actions options|numbers|words] [--message-tokens 0]
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from haggler.prompts import PromptSettings
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seller", default="hf:default")
-    p.add_argument("--negotiations", type=int, default=40)
+    p.add_argument("--negotiations", type=int, default=60)
     p.add_argument("--turns", type=int, default=4)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--no-cues", action="store_true")
-    p.add_argument("--slots", default="numbers")
-    p.add_argument("--actions", default="numbers")
+    p.add_argument("--slots", default=PromptSettings.slots)
+    p.add_argument("--actions", default=PromptSettings.actions)
     p.add_argument("--message-tokens", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from haggler.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
+
 
 def _csv(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
@@ -287,9 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of language-model agents")
     r.add_argument("--no-cues", action="store_true",
                    help="language-model agents write the whole reply (default: the environment cues each slot)")
-    r.add_argument("--slots", choices=("numbers", "indexed", "names", "plain"), default="numbers",
+    r.add_argument("--slots", choices=SLOT_STYLES, default=PromptSettings.slots,
                    help="how a cued issue slot presents its options")
-    r.add_argument("--actions", choices=("numbers", "words"), default="numbers",
+    r.add_argument("--actions", choices=ACTION_STYLES, default=PromptSettings.actions,
                    help="how the cued action slot presents offer / accept / walk away")
     r.add_argument("--message-tokens", type=int, default=40,
                    help="budget of the cued free-text message (0: no message); a model haggler trained uses its own")

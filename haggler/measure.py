@@ -46,4 +46,4 @@ def valid_action_rate(seller: str, negotiations: int = 20, turns: int = 4, setti
             "actions": used.actions, "message_tokens": used.message_tokens, "negotiations": negotiations,
             "max_turns": turns, "turns": len(actions),
             "valid_rate": round(1 - kinds["Invalid"] / len(actions), 3) if actions else None,
-            "by_kind": dict(kinds), "top_invalid_reasons": dict(reasons.most_common(5)), "wall_s": round(wall, 1)}
+            "by_kind": dict(kinds), "top_invalid_reasons": dict(reasons.most_common(8)), "wall_s": round(wall, 1)}

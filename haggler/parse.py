@@ -38,6 +38,8 @@ _ANY_KEYWORD = re.compile(
     r"\b(?:counter[\s-]*offer|offer|propos(?:e|al)|i\s+accept|accept(?:ed|s)?|walk[\s-]*away|walk|leave)\b", re.IGNORECASE
 )
 _NUMBER_THEN_NAME = re.compile(r"^(\d+)\s*[.)=:\-(]\s*(.*)$")
+# "Option 3", "option number: 3", "No. 3": the word names what the cue asked for, the number answers
+_NUMBER_WORD = re.compile(r"^(?:option|number|choice|no\.?)(?:\s*(?:number|no\.?))?\s*[:#]?\s*(?=\d)", re.IGNORECASE)
 _ALTERNATION = re.compile(r"\bor\b|/|\|", re.IGNORECASE)
 # Inline terms ("Action: offer price=$9,500, warranty=6 months") split at a comma or semicolon that is
 # followed by the next "name=" or "name:", never inside a value such as "$9,500".
@@ -92,11 +94,19 @@ def read_action_slot(text: str, numbered: bool) -> tuple[str | None, str]:
     """A cued action slot's answer: (kind, why not). When the cue numbered the choices (1 = offer,
     2 = accept, 3 = walk away), the bare number reads as well as the word."""
     value = text.strip().strip(".,;").strip()
+    if numbered:
+        value = _NUMBER_WORD.sub("", value)
     if numbered and value.isdigit():
         k = int(value)
         if 1 <= k <= 3:
             return ("offer", "accept", "walk_away")[k - 1], ""
         return None, f"{value!r} is not an action number (1 to 3)"
+    if numbered and (m := _NUMBER_THEN_NAME.match(value)):
+        # "1 = offer", "3. walk away": the number and the word must name the same action
+        k, (kind, rest, _) = int(m.group(1)), read_action_word(m.group(2))
+        if 1 <= k <= 3 and kind == ("offer", "accept", "walk_away")[k - 1] and not rest.strip(" .,;)"):
+            return kind, ""
+        return None, f"{value!r} is not one action (a number, or a number and the same action's name)"
     kind, _, why = read_action_word(text)
     return kind, why
 
@@ -108,6 +118,8 @@ def _kind_of(word: str) -> str:
 def read_slot(text: str, options: tuple[str, ...], numbered: bool) -> tuple[int | None, str]:
     """One cued slot's answer: an option's name, or (when the cue numbered the options) its number from 1."""
     value = text.strip().strip(".,;").strip()
+    if numbered:
+        value = _NUMBER_WORD.sub("", value)
     if numbered and (m := _NUMBER_THEN_NAME.match(value)) and not value.isdigit():
         # "3 = 12 months", "3 (12 months)": the number and the name must denote the same option
         k, rest = int(m.group(1)), m.group(2).strip(" ()[].,;")

@@ -21,19 +21,27 @@ from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
 
 
-SLOT_STYLES = ("numbers", "indexed", "names", "plain")
-ACTION_STYLES = ("words", "numbers")
+SLOT_STYLES = ("options", "numbers", "indexed", "names", "plain")
+ACTION_STYLES = ("options", "numbers", "words")
 ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's order
+# Shown once in the system prompt when a cue asks for an option number: a question about nothing in the
+# negotiation, so it teaches the answer's form (one number from the list) without favouring an action.
+# Measured on the untrained SmolLM2 at T = 1.0, first turn: valid action-slot answers 53% without it, 62-65%
+# with the example alone, 70-81% with the example and its last line.
+OPTION_EXAMPLE = ("Example of answering a question: Weekday options: 1. Monday 2. Tuesday 3. Wednesday\nOption number: 2"
+                  "\nNever answer a number that is not listed.")
 
 
 @dataclass(frozen=True)
 class PromptSettings:
     cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
-    slots: str = "numbers"  # each issue's cue: "numbers" (numbered options, answer a number or a name),
+    slots: str = "options"  # each issue's cue: "options" (a numbered list, then "Option number:"),
+    # "numbers" (the numbered options in brackets, then "Number:"; either reads a number or a name),
     # "indexed" (options numbered once in the system prompt, the cue gives only the range: fewer tokens),
     # "names" (the options listed, answer a name) or "plain" (just the issue's name)
-    actions: str = "numbers"  # the action cue: "words" (answer offer, accept or walk away) or "numbers"
-    # (the three choices numbered; a number or the word both read)
+    actions: str = "options"  # the action cue: "options" ("Options: 1. offer 2. accept 3. walk away",
+    # then "Option number:"), "numbers" (the same choices in brackets, then "Number:"; a number or the word
+    # reads with either) or "words" (answer offer, accept or walk away)
     message_tokens: int = 40  # budget of the free-text slot (cues on)
     action_tokens: int = 6
     slot_tokens: int = 12
@@ -42,7 +50,16 @@ class PromptSettings:
     @property
     def numbered(self) -> bool:
         """Do issue slots take option numbers?"""
-        return self.slots in ("numbers", "indexed")
+        return self.slots in ("options", "numbers", "indexed")
+
+    @property
+    def numbered_actions(self) -> bool:
+        return self.actions != "words"
+
+    @property
+    def shows_example(self) -> bool:
+        """Does the system prompt show how to answer an "Option number:" cue?"""
+        return self.cues and "options" in (self.actions, self.slots)
 
     def __post_init__(self) -> None:
         if self.slots not in SLOT_STYLES:
@@ -60,7 +77,14 @@ def _pct(x: float) -> str:
     return f"{round(100 * x)}%"
 
 
-def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: bool = False) -> str:
+def system_prompt_for(scenario: Scenario, side: Side, settings: PromptSettings) -> str:
+    """The system prompt an LLM negotiator with these settings reads."""
+    return system_prompt(scenario, side, settings.cues, settings.cues and settings.slots == "indexed",
+                         settings.shows_example)
+
+
+def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: bool = False,
+                  example: bool = False) -> str:
     """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs.
     With ``cued`` the environment writes the reply's skeleton itself, so the format is not explained."""
     prefs = scenario.preferences(side)
@@ -79,6 +103,8 @@ def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: b
     ]
     if cued:
         lines.append("Each turn you fill in an action (offer, accept or walk away) and, for an offer, an option per issue.")
+        if example:
+            lines.append(OPTION_EXAMPLE)
         return "\n".join(lines)
     lines += [
         "Reply with a line 'Message: <text>', then a line 'Action: offer', 'Action: accept' (the"
@@ -129,14 +155,19 @@ def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str
 MESSAGE_CUE = "Message:"
 ACTION_CUE = "\nAction:"
 NUMBERED_ACTION_CUE = "\nAction (1 = offer, 2 = accept, 3 = walk away). Number:"
+# Measured on the untrained SmolLM2 at T = 1.0, first turn: 52% valid answers against 18-39% for the
+# bracketed cue above, which it mostly answered "4", continuing the list.
+OPTIONS_ACTION_CUE = "\nOptions: 1. offer 2. accept 3. walk away\nOption number:"
 
 
 def action_cue(settings: PromptSettings) -> str:
-    return NUMBERED_ACTION_CUE if settings.actions == "numbers" else ACTION_CUE
+    return {"options": OPTIONS_ACTION_CUE, "numbers": NUMBERED_ACTION_CUE, "words": ACTION_CUE}[settings.actions]
 
 
 def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:
     issue = scenario.issues[issue_index]
+    if settings.slots == "options":
+        return f"\n{issue.name} options: {' '.join(f'{k}. {o}' for k, o in enumerate(issue.options, start=1))}\nOption number:"
     if settings.slots == "numbers":
         return f"\n{issue.name} ({', '.join(f'{k} = {o}' for k, o in enumerate(issue.options, start=1))}). Number:"
     if settings.slots == "indexed":

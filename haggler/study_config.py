@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from haggler.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
 from haggler.train_config import ConfigError, _describe, read_yaml
 
 
@@ -61,8 +62,8 @@ class EvalSettings(_Strict):
     batch_size: int = Field(32, ge=1)
     api_max_tokens: int = Field(300, ge=1)
     cues: bool = True
-    slots: Literal["numbers", "indexed", "names", "plain"] = "numbers"
-    actions: Literal["numbers", "words"] = "numbers"
+    slots: Literal[SLOT_STYLES] = PromptSettings.slots  # type: ignore[valid-type]
+    actions: Literal[ACTION_STYLES] = PromptSettings.actions  # type: ignore[valid-type]
     message_tokens: int = Field(40, ge=0)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from haggler.agents import MODEL_MARKER, AgentContext, make_agent
 from haggler.agents.llm import HFAgent
 from haggler.generate import generate_scenarios
-from haggler.prompts import PromptSettings, observe, system_prompt
+from haggler.prompts import PromptSettings, observe, system_prompt_for
 from haggler.protocol import Negotiation, ProtocolConfig
 from haggler.rollout import Game, play_lockstep
 from haggler.scenario import Scenario, fingerprint, load_scenarios
@@ -172,8 +172,7 @@ class NegotiationRollout:
             errored = neg.ended_by == "error"
             if tr is None:  # the seller never spoke (the buyer ended it first): nothing of its own to train on
                 prompt = tok.apply_chat_template(
-                    [{"role": "system", "content": system_prompt(neg.scenario, "seller", self.settings.cues,
-                                                              self.settings.cues and self.settings.slots == "indexed")},
+                    [{"role": "system", "content": system_prompt_for(neg.scenario, "seller", self.settings)},
                      {"role": "user", "content": observe(neg, "seller")}], add_generation_prompt=True, tokenize=True)
                 prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
                 completion, mask, lps = [tok.eos_token_id], [0], [0.0]

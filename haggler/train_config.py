@@ -12,7 +12,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from haggler.prompts import ACTION_STYLES, SLOT_STYLES
+from haggler.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
 
 
 class ConfigError(ValueError):
@@ -25,8 +25,8 @@ class _Strict(BaseModel):
 
 class PromptConfig(_Strict):
     cues: bool = True
-    slots: Literal[SLOT_STYLES] = "numbers"  # type: ignore[valid-type]
-    actions: Literal[ACTION_STYLES] = "numbers"  # type: ignore[valid-type]
+    slots: Literal[SLOT_STYLES] = PromptSettings.slots  # type: ignore[valid-type]
+    actions: Literal[ACTION_STYLES] = PromptSettings.actions  # type: ignore[valid-type]
     message_tokens: int = Field(0, ge=0)
     action_tokens: int = Field(6, ge=1)
     slot_tokens: int = Field(12, ge=1)

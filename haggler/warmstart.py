@@ -55,7 +55,7 @@ class TeacherAgent(HFAgent):
         if slot == "message":
             return f" {message}\n"
         if slot == "action":
-            if self.settings.actions == "numbers":
+            if self.settings.numbered_actions:
                 return f" {1 + ('offer', 'accept', 'walk away').index(word)}\n"
             return f" {word}\n"
         if slot.startswith("issue:"):

@@ -12,7 +12,7 @@ from haggler.generate import generate_scenarios  # noqa: E402
 from haggler.prompts import PromptSettings  # noqa: E402
 from haggler.protocol import Negotiation, ProtocolConfig  # noqa: E402
 from haggler.rollout import Game, play_lockstep  # noqa: E402
-from haggler.types import Invalid  # noqa: E402
+from haggler.types import Invalid, Offer  # noqa: E402
 
 SCENARIOS = generate_scenarios(4, 8, max_turns=6)
 
@@ -248,3 +248,27 @@ def test_an_answer_that_ends_the_turn_still_reads(tokenizer):
     reply = agent.respond(neg)
     assert type(reply.action).__name__ == "WalkAway"
     assert agent.trajectory.completion_ids[-1] == tokenizer.eos_token_id
+
+
+def test_a_slot_closed_by_the_end_of_turn_token_does_not_end_the_offer(tokenizer):
+    """'1<|im_end|>' names the action; the environment still asks for every issue, and the sampled
+    end-of-turn tokens stay in the trajectory, masked in, exactly where they were sampled."""
+    s = SCENARIOS[1]
+    eos = tokenizer.eos_token_id
+
+    class EndsEverySlot(Scripted):
+        def continue_batch(self, seqs, max_new_tokens, temperature, stop_chars="\n", generator=None):
+            ids = self.tokenizer.encode(self.replies.pop(0), add_special_tokens=False) + [eos]
+            seqs[0].ids.extend(ids)
+            return [Sample(ids=ids, logprobs=[-1.0] * len(ids), stopped="eos")]
+
+    answers = [" 1"] + [" 2"] * len(s.issues)
+    agent = HFAgent(EndsEverySlot(tokenizer, answers), s, "seller", PromptSettings(message_tokens=0), 1.0, "hf:ends")
+    reply = agent.respond(Negotiation(s, ProtocolConfig(opener="seller")))
+    assert isinstance(reply.action, Offer) and reply.action.outcome == tuple(1 for _ in s.issues)
+    tr = agent.trajectory
+    sampled = [t for t, m in zip(tr.completion_ids, tr.env_mask) if m]
+    assert sampled.count(eos) == len(answers) and tr.completion_ids[-1] == eos
+    assert tokenizer.decode([t for t in sampled if t != eos]) == "".join(answers)
+    text = tokenizer.decode(tr.completion_ids)
+    assert all(f"{issue.name} options:" in text for issue in s.issues)

@@ -95,3 +95,21 @@ def test_numbered_action_slot():
     assert read_action_slot(" 4", numbered=True)[0] is None
     assert read_action_slot(" 3. Carrying", numbered=True)[0] is None
     assert read_action_slot(" 3", numbered=False)[0] is None  # no numbered cue: a number means nothing
+
+
+def test_a_number_named_as_the_cue_asked_reads_but_nothing_else_does():
+    assert read_action_slot(" Option 3", numbered=True) == ("walk_away", "")
+    assert read_action_slot(" option number: 2", numbered=True) == ("accept", "")
+    assert read_action_slot(" Option 4", numbered=True)[0] is None
+    assert read_action_slot(" Options 1 2", numbered=True)[0] is None  # two numbers: never a guess
+    assert read_action_slot(" Option 1", numbered=False)[0] is None
+    assert read_slot(" Option 2", ("a", "b"), numbered=True) == (1, "")
+    assert read_slot(" Option 2", ("a", "b"), numbered=False)[0] is None
+
+
+def test_a_numbered_action_with_its_name_reads_only_when_both_agree():
+    assert read_action_slot(" 1 = offer", numbered=True) == ("offer", "")
+    assert read_action_slot(" 3. walk away", numbered=True) == ("walk_away", "")
+    assert read_action_slot(" 2 = offer", numbered=True)[0] is None
+    assert read_action_slot(" 1. reject and walk", numbered=True)[0] is None
+    assert read_action_slot(" 2. accept or walk away", numbered=True)[0] is None

@@ -18,7 +18,7 @@ from typing import Any
 
 from haggler.backends.hf import HFModel, Sample, Sequence
 from haggler.parse import parse_reply, read_action_slot, read_slot
-from haggler.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt
+from haggler.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt_for
 from haggler.protocol import Negotiation
 from haggler.scenario import Scenario
 from haggler.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
@@ -119,8 +119,7 @@ class HFAgent:
     def _open_turn(self, negotiation: Negotiation) -> None:
         user = observe(negotiation, self.side)
         if self.sequence is None:
-            messages = [{"role": "system", "content": system_prompt(self.scenario, self.side, self.settings.cues,
-                                                                     self.settings.cues and self.settings.slots == "indexed")},
+            messages = [{"role": "system", "content": system_prompt_for(self.scenario, self.side, self.settings)},
                         {"role": "user", "content": user}]
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
@@ -163,26 +162,23 @@ class HFAgent:
             cue(MESSAGE_CUE)
             segment, last = yield from self._sample(self.settings.message_tokens, "\n", "message")
             text += segment
+        # A slot ends at a newline or at the end-of-turn token alike ("1<|im_end|>" answers "1"): the
+        # environment owns the skeleton and asks for the next slot either way, so an offer is not lost
+        # because the model closed its turn after naming the action. The sampled token stays in the sequence.
         action: Action | None = None
-        if last is not None and last.stopped == "eos":
-            action = Invalid("the turn ended before an action")
-        else:
-            cue(action_cue(self.settings))
-            segment, last = yield from self._sample(self.settings.action_tokens, "\n", "action")
-            text += segment
-            kind, why = read_action_slot(segment, self.settings.actions == "numbers")
-            if kind is None:
-                action = Invalid(why)
-            elif kind == "accept":
-                action = Accept()
-            elif kind == "walk_away":
-                action = WalkAway()
+        cue(action_cue(self.settings))
+        segment, last = yield from self._sample(self.settings.action_tokens, "\n", "action")
+        text += segment
+        kind, why = read_action_slot(segment, self.settings.numbered_actions)
+        if kind is None:
+            action = Invalid(why)
+        elif kind == "accept":
+            action = Accept()
+        elif kind == "walk_away":
+            action = WalkAway()
         if action is None:  # an offer: one cued slot per issue
             chosen: list[int] = []
             for k, issue in enumerate(self.scenario.issues):
-                if last.stopped == "eos":
-                    action = Invalid("the turn ended before every issue had an option")
-                    break
                 cue(slot_cue(self.scenario, k, self.settings))
                 segment, last = yield from self._sample(self.settings.slot_tokens, "\n", f"issue:{k}")
                 text += segment
