@@ -272,3 +272,28 @@ def test_a_slot_closed_by_the_end_of_turn_token_does_not_end_the_offer(tokenizer
     assert tokenizer.decode([t for t in sampled if t != eos]) == "".join(answers)
     text = tokenizer.decode(tr.completion_ids)
     assert all(f"{issue.name} options:" in text for issue in s.issues)
+
+
+def test_with_a_sample_seed_a_negotiation_samples_the_same_batched_or_alone(tokenizer):
+    """At temperature 1.0, each agent's own random stream makes its samples independent of its batch."""
+    def games(n, sample_seed):
+        model = tiny_model(tokenizer)
+        ctx = AgentContext(prompt=PromptSettings(message_tokens=6), temperature=1.0, sample_seed=sample_seed)
+        ctx.models["tiny"] = model
+        out = []
+        for i, s in enumerate(SCENARIOS[:n]):
+            neg = Negotiation(s, ProtocolConfig(opener="seller" if i % 2 == 0 else "buyer", max_invalid=99))
+            out.append(Game(neg, {side: make_agent("hf:tiny", s, side, i, ctx) for side in ("seller", "buyer")}))
+        return out
+
+    batched = games(3, sample_seed=7)
+    play_lockstep(batched)
+    for i, g in enumerate(batched):
+        alone = games(3, sample_seed=7)[i]
+        torch.manual_seed(1000 + i)  # the process's stream differs: nothing may depend on it
+        play_lockstep([alone])
+        assert alone.agents["seller"].sequence.ids == g.agents["seller"].sequence.ids
+        assert alone.agents["buyer"].sequence.ids == g.agents["buyer"].sequence.ids
+    other = games(3, sample_seed=8)
+    play_lockstep(other)
+    assert [g.agents["seller"].sequence.ids for g in other] != [g.agents["seller"].sequence.ids for g in batched]

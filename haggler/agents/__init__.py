@@ -34,6 +34,10 @@ class AgentContext:
     models: dict[str, Any] = field(default_factory=dict)
     clients: dict[tuple[str, str], Any] = field(default_factory=dict)
     trained_prompts: dict[str, PromptSettings | None] = field(default_factory=dict)
+    # Set: every local-model agent samples from its own stream, seeded by this, its negotiation's seed and
+    # its side, so a negotiation plays the same batched or alone. Unset (the default, and what training
+    # needs: a group's copies of one task must sample differently) they share the process's stream.
+    sample_seed: int | None = None
 
     def chat_client(self, model: str, endpoint: str) -> Any:
         from haggler.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
@@ -126,4 +130,10 @@ def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: Ag
                         context.api_max_tokens, spec)
     from haggler.agents.llm import HFAgent
 
-    return HFAgent(context.hf_model(name), scenario, side, context.prompt_for(name), context.temperature, spec)
+    agent = HFAgent(context.hf_model(name), scenario, side, context.prompt_for(name), context.temperature, spec)
+    if context.sample_seed is not None:
+        import hashlib
+
+        key = hashlib.sha256(f"{context.sample_seed}:{seed}:{side}".encode()).digest()
+        agent.sample_seed = int.from_bytes(key[:8], "little") & 0x7FFF_FFFF_FFFF_FFFF
+    return agent

@@ -95,6 +95,7 @@ class HFAgent:
         self.sequence: Sequence | None = None
         self.trajectory: Trajectory | None = None
         self.generated_texts: list[str] = []  # each sampled segment, decoded, in order
+        self.sample_seed: int | None = None  # set: this agent samples from a stream of its own (see AgentContext)
 
     def release(self) -> None:
         """Drop the key-value cache (the largest thing a finished negotiation holds); keep the tokens."""
@@ -124,6 +125,10 @@ class HFAgent:
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
             self.sequence = Sequence(ids=list(ids))
+            if self.sample_seed is not None:
+                import torch
+
+                self.sequence.generator = torch.Generator(device=getattr(self.model, "device", "cpu")).manual_seed(self.sample_seed)
             self.trajectory = Trajectory(prompt_ids=list(ids))
         else:
             self._env(self.frame.open_user + user + self.frame.after_user)

@@ -26,6 +26,9 @@ class Sequence:
     ids: list[int]
     cache: list[tuple[Any, Any]] | None = None  # per layer (keys, values) for ids[:cached]
     cached: int = 0
+    # A random stream of its own (a torch.Generator): what this sequence samples then does not depend on
+    # which other sequences share its batch, so the same negotiations play alike batched or alone.
+    generator: Any = None
 
     def extend(self, ids: list[int]) -> None:
         self.ids.extend(ids)
@@ -165,6 +168,12 @@ class HFModel:
                 logprobs = torch.log_softmax(logits if greedy else logits / temperature, dim=-1)
                 if greedy:
                     token = logprobs.argmax(-1)
+                elif any(seqs[i].generator is not None for i in live):
+                    # rows already done draw nothing: their stream must not move for a token nobody reads
+                    probs = logprobs.exp()
+                    token = torch.cat([torch.multinomial(probs[j], 1, generator=seqs[i].generator or generator)
+                                       if i not in done_rows else torch.tensor([self.pad_id], device=probs.device)
+                                       for j, i in enumerate(live)])
                 else:
                     token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
                 chosen = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
