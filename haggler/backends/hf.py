@@ -123,15 +123,9 @@ class HFModel:
         cached = [min(s.cached, t - 1) if self.kv_reuse else 0 for s, t in zip(seqs, totals)]
         keep = cached  # each row reads only what it has not read yet
         new = [t - k for t, k in zip(totals, keep)]
-        n_in, width, rows = max(new), max(keep), len(seqs)
-        # Row layout: [padding | cached past] [padding | new tokens] then decoded tokens. Padding is masked
-        # out and positions count only real tokens, so the holes change nothing but the shapes.
-        input_ids = torch.full((rows, n_in), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((rows, width + n_in), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            input_ids[i, n_in - new[i]:] = torch.tensor(s.ids[keep[i]:], dtype=torch.long)
-            mask[i, width - keep[i]: width] = 1
-            mask[i, width + n_in - new[i]:] = 1
+        rows = len(seqs)
+        input_ids, mask = self._layout([s.ids[k:] for s, k in zip(seqs, keep)], keep)
+        n_in, width = max(new), max(keep)
         clock = time.perf_counter()
         capacity = width + n_in + max(budgets)
         cache = _buffered_cache(self.model.config, capacity, width, self._padded_past(seqs, keep, width, capacity))
@@ -255,13 +249,8 @@ class HFModel:
 
         clock = time.perf_counter()
         keep = [min(s.cached, len(s.ids) - 1) for s in seqs]
-        n_in, width, rows = max(counts), max(keep), len(seqs)
-        input_ids = torch.full((rows, n_in), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((rows, width + n_in), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            input_ids[i, n_in - counts[i]:] = torch.tensor(s.ids[keep[i]: keep[i] + counts[i]], dtype=torch.long)
-            mask[i, width - keep[i]: width] = 1
-            mask[i, width + n_in - counts[i]:] = 1
+        input_ids, mask = self._layout([s.ids[k: k + c] for s, k, c in zip(seqs, keep, counts)], keep)
+        n_in, width = max(counts), max(keep)
         cache = _buffered_cache(self.model.config, width + n_in, width, self._padded_past(seqs, keep, width, width + n_in))
         mask = mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -276,6 +265,20 @@ class HFModel:
         self.stats["prompt_tokens"] += sum(counts)
         self.stats["prefill_s"] += time.perf_counter() - clock
         self.stats["read_ahead"] += len(seqs)
+
+    def _layout(self, chunks: list[list[int]], keep: list[int]) -> tuple[Any, Any]:
+        """Input ids and attention mask of a batch: each row is [padding | cached past] [padding | chunk].
+        Padding is masked out and positions count only real tokens, so the holes change nothing but shapes."""
+        import torch
+
+        n_in, width = max(len(c) for c in chunks), max(keep)
+        input_ids = torch.full((len(chunks), n_in), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunks), width + n_in), dtype=torch.long)
+        for i, chunk in enumerate(chunks):
+            input_ids[i, n_in - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
+            mask[i, width - keep[i]: width] = 1
+            mask[i, width + n_in - len(chunk):] = 1
+        return input_ids, mask
 
     def _padded_past(self, seqs: list[Sequence], keep: list[int], width: int, capacity: int) -> list[tuple[Any, Any]] | None:
         """Every row's cached past, right-aligned at ``width`` in buffers of ``capacity`` positions."""
