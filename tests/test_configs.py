@@ -42,3 +42,19 @@ def test_accelerate_configs_parse(name):
     c = ClusterConfig.from_yaml_file(str(CONFIGS / "accelerate" / name))
     assert c.mixed_precision == "bf16" and c.num_processes > 1
     assert str(c.distributed_type).endswith("FSDP" if name.startswith("fsdp") else "DEEPSPEED")
+
+
+def test_the_gpu_check_trains_from_the_gemma4_recipe(tmp_path):
+    """benchmarks/gpu_check.py derives its training run from configs/gemma4.yaml: it must keep loading,
+    keep the recipe's GPU settings (bf16, LoRA, gradient checkpointing) and need nothing off the machine."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", CONFIGS.parent / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    recipe = load_config(CONFIGS / "gemma4.yaml")
+    cfg = load_config(gpu_check.train_config(tmp_path))
+    assert cfg.model == "default" and cfg.endpoints is None and not cfg.grpo.use_vllm
+    assert all(b.spec.startswith("scripted:") for b in cfg.buyers) and cfg.buyers
+    assert (cfg.grpo.bf16, cfg.grpo.use_cpu, cfg.grpo.gradient_checkpointing) == (True, False, True)
+    assert cfg.lora == recipe.lora and cfg.grpo.learning_rate == recipe.grpo.learning_rate

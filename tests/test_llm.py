@@ -78,7 +78,7 @@ def test_trajectory_is_exact_tokens_with_mask_and_logprobs(tokenizer):
         # the sequence ends on the end-of-turn token
         assert tr.completion_ids[-1] == tokenizer.eos_token_id
         # the sampler's log-probabilities equal a fresh forward pass of the whole sequence
-        ids = torch.tensor([tr.prompt_ids + tr.completion_ids])
+        ids = torch.tensor([tr.prompt_ids + tr.completion_ids], device=model.device)
         with torch.no_grad():
             logp = torch.log_softmax(model.model(ids).logits[0].float() / 0.7, -1)
         p = len(tr.prompt_ids)
@@ -185,7 +185,7 @@ def test_sampling_has_no_top_k(tokenizer):
     seq = Sequence(ids=tokenizer.encode("hello"))
     (sample,) = model.continue_batch([seq], 20, 1.0, stop_chars="")
     with torch.no_grad():
-        logits = model.model(torch.tensor([seq.ids[:-1]])).logits[0, -len(sample.ids):]
+        logits = model.model(torch.tensor([seq.ids[:-1]], device=model.device)).logits[0, -len(sample.ids):]
     ranks = [int((row > row[t]).sum()) for row, t in zip(logits, sample.ids)]
     assert max(ranks) > 50
 
