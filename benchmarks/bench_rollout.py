@@ -1,9 +1,10 @@
 """Local-model rollouts: 16 negotiations, SmolLM2 seller against SmolLM2 buyer, on this machine.
 
 Plays the same 16 negotiations twice in one process (each negotiation samples from a seeded stream of its
-own, so both modes play the same games): in lockstep (every waiting turn of every
-negotiation in one batched call) and one negotiation at a time, and prints generated tokens per second
-for both and their ratio (target: lockstep at least 4x). Also reports how many prompt tokens were
+own, so both modes play the same games): together ("lockstep": every turn waiting on the model joins its
+running batch, continuous batching) and one negotiation at a time, and prints generated tokens per second
+for both and their ratio (target: lockstep at least 4x), with the seconds spent reading prompts (prefill)
+and sampling (decode). Also reports how many prompt tokens were
 read per generated token, with the key-value cache kept across turns (the default) and, for
 comparison, re-reading each negotiation in full at every call. Ends with one JSON line.
 
@@ -56,7 +57,8 @@ def measure(model: HFModel, batches: list[list[Game]]) -> dict[str, float]:
     prompt = model.stats["prompt_tokens"] - before["prompt_tokens"]
     return {"wall_s": round(wall, 1), "generated_tokens": generated, "tokens_per_s": round(generated / wall, 2),
             "prompt_tokens_per_generated": round(prompt / max(generated, 1), 2),
-            "calls": model.stats["calls"] - before["calls"],
+            "calls": model.stats["calls"] - before["calls"], "prefills": model.stats["prefills"] - before["prefills"],
+            "decode_steps": model.stats["steps"] - before["steps"],
             "prefill_s": round(model.stats["prefill_s"] - before["prefill_s"], 1),
             "decode_s": round(model.stats["decode_s"] - before["decode_s"], 1)}
 

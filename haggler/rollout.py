@@ -2,9 +2,11 @@
 
 Scripted agents answer at once. A model-backed agent's turn is a generator that yields requests:
 ``SampleRequest`` (a local model: continue this token sequence) or ``ChatRequest`` (an API: complete this
-chat). The driver advances every negotiation until it finishes or waits; serves all waiting local
-requests of one model with one batched call, in a worker thread so that the event loop keeps serving
-API calls meanwhile; and runs API requests concurrently (each endpoint has its own concurrency limit).
+chat). The driver advances every negotiation until it finishes or waits; hands local requests to their
+model, which decodes them in a worker thread so that the event loop keeps serving API calls meanwhile
+(``HFModel.submit``: they join its running batch, and each comes back as soon as it is done; a model
+without it gets all waiting requests in one batched call); and runs API requests concurrently (each
+endpoint has its own concurrency limit).
 An agent or request that fails ends its negotiation as an error: recorded, never scored.
 """
 
@@ -106,18 +108,32 @@ async def play_async(source: Iterable[Game], on_finish: Callable[[Game], None] |
             if game.request is not None and not game.in_flight and hasattr(game.request, "run"):
                 game.in_flight = True
                 tasks[asyncio.ensure_future(game.request.run())] = (False, [game])
-        # one batched call per idle local model, with everything waiting on it
+        # local requests: a model that batches continuously takes them at once (they join its running
+        # batch); any other gets one batched call at a time, with everything waiting on it
         groups: dict[tuple, list[Game]] = defaultdict(list)
         for game in games:
             if game.request is not None and not game.in_flight and hasattr(game.request, "sequence"):
                 groups[_batch_key(game.request)].append(game)
         for key, group in groups.items():
+            r = group[0].request
+            if hasattr(r.model, "submit"):
+                try:
+                    futures = r.model.submit([g.request.sequence for g in group],
+                                             [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
+                except Exception as err:  # noqa: BLE001 - a request the model refuses ends its games as errors
+                    for g in group:
+                        _advance(g, None, err)
+                        settle(g)
+                    continue
+                for g, future in zip(group, futures):
+                    g.in_flight = True
+                    tasks[asyncio.wrap_future(future)] = (False, [g])
+                continue
             if key[0] in busy_models:
                 continue
             busy_models.add(key[0])
             for g in group:
                 g.in_flight = True
-            r = group[0].request
             call = asyncio.to_thread(r.model.continue_batch, [g.request.sequence for g in group],
                                      [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
             tasks[asyncio.ensure_future(call)] = (True, group)
