@@ -324,6 +324,9 @@ def test_sequences_submitted_while_a_batch_decodes_join_it_and_get_what_they_get
         assert samples[k].ids == a.ids and len(a.ids) == budgets[k]
         assert samples[k].logprobs == pytest.approx(a.logprobs, abs=1e-4)
         assert batch[k].ids == alone.ids and batch[k].cached == alone.cached
+        # the cache each takes away is its own tokens' and nothing else: a continuation reads on from it
+        for (k1, v1), (k2, v2) in zip(batch[k].cache, alone.cache):
+            assert k1.shape == k2.shape and torch.allclose(k1, k2, atol=1e-4) and torch.allclose(v1, v2, atol=1e-4)
 
 
 def test_a_failing_forward_pass_reaches_every_waiting_sequence(tokenizer):
@@ -346,3 +349,26 @@ def test_a_failing_forward_pass_reaches_every_waiting_sequence(tokenizer):
     model.model.forward = forward  # the model serves the next request normally
     (ok,) = [f.result(timeout=60) for f in model.submit([Sequence(ids=tokenizer.encode("Hello"))], 4, 1.0, stop_chars="")]
     assert len(ok.ids) == 4
+
+
+def test_a_row_that_joined_late_keeps_its_tokens_when_the_columns_before_it_are_cut(tokenizer):
+    """When the early rows leave, the columns only they read are cut off and their rows dropped; the row
+    that joined late carries on exactly as it would alone."""
+    import time
+
+    from haggler.backends.hf import Sequence
+
+    model = tiny_model(tokenizer)
+    early, late = Sequence(ids=tokenizer.encode("Hello there")), Sequence(ids=tokenizer.encode("Price?"))
+    (first,) = model.submit([early], 150, 0.0, stop_chars="")
+    while model.stats["generated_tokens"] < 100:
+        time.sleep(0.001)
+    (second,) = model.submit([late], 120, 0.0, stop_chars="")
+    samples = [first.result(timeout=120), second.result(timeout=120)]
+    assert model.stats["trims"] >= 1 and model.stats["compactions"] >= 1
+    for seq, text, budget, sample in zip((early, late), ("Hello there", "Price?"), (150, 120), samples):
+        alone = Sequence(ids=tokenizer.encode(text))
+        (a,) = tiny_model(tokenizer).continue_batch([alone], budget, 0.0, stop_chars="")
+        assert sample.ids == a.ids and sample.logprobs == pytest.approx(a.logprobs, abs=1e-4)
+        assert seq.ids == alone.ids and seq.cached == alone.cached
+        assert [k.shape for k, _ in seq.cache] == [k.shape for k, _ in alone.cache]

@@ -86,7 +86,7 @@ class HFModel:
         self._queue: list[_Job] = []  # submitted, not yet in the running batch
         self._queue_lock = threading.Lock()
         self._server: threading.Thread | None = None
-        self.stats = {"calls": 0, "prefills": 0, "steps": 0, "prompt_tokens": 0, "generated_tokens": 0, "compactions": 0,
+        self.stats = {"calls": 0, "prefills": 0, "steps": 0, "prompt_tokens": 0, "generated_tokens": 0, "compactions": 0, "trims": 0,
                       "row_steps": 0, "prefill_s": 0.0, "decode_s": 0.0}
 
     def _stop_table(self, stop_chars: str) -> list[bool]:
@@ -520,6 +520,7 @@ class _Batch:
                 layer.reshape(layer._k[:, :, lo:], layer._v[:, :, lo:], self.c - lo)
             self.mask = self.mask[:, lo:]
             self.c -= lo
+            self.m.stats["trims"] += 1
             for job in self.jobs():
                 job.start -= lo
 
