@@ -397,50 +397,43 @@ class _Batch:
 
     def _make_room(self, rows: int, length: int) -> None:
         """Enough free rows for ``rows`` newcomers, and at least ``length`` columns before the current one."""
-        import torch
-
         if rows == 0:
             return
-        layers = self.cache.layers if self.cache is not None else None
-        free = sum(j is None for j in self.rows)
-        extra = max(0, rows - free)
+        extra = max(0, rows - sum(j is None for j in self.rows))
+        if self.cache is None:  # no buffers yet: the first row placed shapes them
+            self.rows += [None] * extra
+            self.c = max(self.c, length)
+            return
         shift = max(0, length - self.c)
-        if layers is None:
-            self.c = length
-            self.rows = [None] * rows
-            self._capacity = length + 64
-            return
-        if extra == 0 and shift == 0:
-            return
-        n, cap = len(self.rows) + extra, self.mask.shape[1] + shift
-        for layer in layers:
+        if extra or shift:
+            self._resize(len(self.rows) + extra, self.mask.shape[1] + shift, shift)
+            self.rows += [None] * extra
+
+    def _resize(self, rows: int, capacity: int, shift: int = 0) -> None:
+        """New buffers of ``rows`` x ``capacity``, the filled columns copied ``shift`` columns to the right."""
+        import torch
+
+        for layer in self.cache.layers:
             k, v = layer._k, layer._v
-            k2 = k.new_zeros((n, k.shape[1], cap, k.shape[3]))
-            v2 = v.new_zeros((n, v.shape[1], cap, v.shape[3]))
+            k2 = k.new_zeros((rows, k.shape[1], capacity, k.shape[3]))
+            v2 = v.new_zeros((rows, v.shape[1], capacity, v.shape[3]))
             k2[: k.shape[0], :, shift: shift + self.c] = k[:, :, : self.c]
             v2[: v.shape[0], :, shift: shift + self.c] = v[:, :, : self.c]
             layer.reshape(k2, v2, self.c + shift)
-        mask = torch.zeros((n, cap), dtype=self.mask.dtype, device=self.mask.device)
+        mask = torch.zeros((rows, capacity), dtype=self.mask.dtype, device=self.mask.device)
         mask[: self.mask.shape[0], shift: shift + self.c] = self.mask[:, : self.c]
         self.mask, self.c = mask, self.c + shift
         for job in self.jobs():
             job.start += shift
-        self.rows += [None] * extra
 
     def _place(self, job: _Job, kv: list[tuple[Any, Any]], length: int) -> None:
         import torch
 
         if self.cache is None:  # the first row: buffers shaped after its cache
-            from transformers import DynamicCache
-
-            layer_class = _buffer_layer()
-            n, cap = len(self.rows), self._capacity
-            layers = []
-            for k, v in kv:
-                layers.append(layer_class(k.new_zeros((n, k.shape[1], cap, k.shape[3])),
-                                          v.new_zeros((n, v.shape[1], cap, v.shape[3])), length=self.c))
-            self.cache = DynamicCache(config=self.m.model.config)
-            self.cache.layers = layers
+            n, cap = len(self.rows), self.c + 64
+            self.cache = _buffered_cache(self.m.model.config, cap, self.c,
+                                         [(k.new_zeros((n, k.shape[1], cap, k.shape[3])),
+                                           v.new_zeros((n, v.shape[1], cap, v.shape[3]))) for k, v in kv])
             self.mask = torch.zeros((n, cap), dtype=torch.long, device=kv[0][0].device)
         row = self.rows.index(None)
         lo = self.c - length
@@ -483,21 +476,8 @@ class _Batch:
         m.stats["decode_s"] += time.perf_counter() - clock
 
     def _reserve(self, columns: int) -> None:
-        import torch
-
-        cap = self.mask.shape[1]
-        if columns <= cap:
-            return
-        cap = max(columns, 2 * cap)
-        for layer in self.cache.layers:
-            k, v = layer._k, layer._v
-            k2 = k.new_zeros((k.shape[0], k.shape[1], cap, k.shape[3]))
-            v2 = v.new_zeros((v.shape[0], v.shape[1], cap, v.shape[3]))
-            k2[:, :, : self.c], v2[:, :, : self.c] = k[:, :, : self.c], v[:, :, : self.c]
-            layer.reshape(k2, v2, self.c)
-        mask = torch.zeros((self.mask.shape[0], cap), dtype=self.mask.dtype, device=self.mask.device)
-        mask[:, : self.c] = self.mask[:, : self.c]
-        self.mask = mask
+        if columns > self.mask.shape[1]:
+            self._resize(len(self.rows), max(columns, 2 * self.mask.shape[1]))
 
     def _tidy(self) -> None:
         """Drop the rows of finished sequences once half the batch is free; cut columns nobody reads."""
