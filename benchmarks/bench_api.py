@@ -18,12 +18,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from haggler.backends.openai_api import Endpoint
-from haggler.evaluate import RunSettings, run
-from haggler.generate import generate_scenarios
-from haggler.grid import make_grid, write_grid
-from haggler.results import read_records
-from haggler.scenario import write_scenarios
+from haggler.engine.backends.openai_api import Endpoint
+from haggler.evaluation.runner import RunSettings, run
+from haggler.scenarios.generate import generate_scenarios
+from haggler.evaluation.grid import make_grid, write_grid
+from haggler.evaluation.results import read_records
+from haggler.core.scenario import write_scenarios
 
 
 def free_port() -> int:
@@ -40,7 +40,7 @@ def main() -> None:
     args = p.parse_args()
     port = free_port()
     # The server runs in its own process so that it does not compete with the client for the GIL.
-    server = subprocess.Popen([sys.executable, "-m", "haggler.backends.fake_server", "--port", str(port),
+    server = subprocess.Popen([sys.executable, "-m", "haggler.testing.openai_server", "--port", str(port),
                                "--delay", str(args.delay)], stdout=subprocess.PIPE, text=True)
     try:
         server.stdout.readline()

@@ -16,11 +16,12 @@ import warnings
 
 import numpy as np
 
-from haggler import analysis, negmas_bridge
+from haggler.core import analysis
+from haggler.scenarios import negmas as negmas_bridge
 from haggler.agents import make_agent
-from haggler.protocol import Negotiation, ProtocolConfig, play
-from haggler.scenario import Issue, Preferences, Scenario
-from haggler.score import score
+from haggler.core.protocol import Negotiation, ProtocolConfig, play
+from haggler.core.scenario import Issue, Preferences, Scenario
+from haggler.core.score import score
 
 
 def random_scenario(i: int, rng: np.random.Generator, n_issues: int = 4, n_options: int = 5) -> Scenario:

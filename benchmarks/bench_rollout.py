@@ -25,11 +25,11 @@ import time
 import torch
 
 from haggler.agents import AgentContext, make_agent
-from haggler.backends.hf import HFModel
-from haggler.generate import generate_scenarios
-from haggler.prompts import PromptSettings
-from haggler.protocol import Negotiation, ProtocolConfig
-from haggler.rollout import Game, play_lockstep
+from haggler.engine.backends.hf import HFModel
+from haggler.scenarios.generate import generate_scenarios
+from haggler.agents.format.prompts import PromptSettings
+from haggler.core.protocol import Negotiation, ProtocolConfig
+from haggler.engine.rollout import Game, play_lockstep
 
 
 def games(model: HFModel, n: int, turns: int, settings: PromptSettings) -> list[Game]:

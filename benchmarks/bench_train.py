@@ -28,8 +28,8 @@ def main() -> None:
 
     from transformers import TrainerCallback
 
-    from haggler.train import build_trainer, load_policy, training_tasks
-    from haggler.train_config import load_config
+    from haggler.training.grpo import build_trainer, load_policy, training_tasks
+    from haggler.training.config import load_config
 
     out = tempfile.mkdtemp(prefix="bench-train-")
     cfg = load_config(args.config, {"grpo.max_steps": args.steps, "grpo.report_to": "none", "output_dir": out,
@@ -38,7 +38,7 @@ def main() -> None:
     demo_warm = base_cfg.warm_start_dir() if base_cfg.warm_start else None
     path = str(demo_warm) if demo_warm and (demo_warm / "config.json").is_file() else None  # noqa: SIM108
     if path is None:
-        from haggler.backends.hf import resolve_model_path
+        from haggler.engine.backends.hf import resolve_model_path
 
         path = resolve_model_path(cfg.model)
     model, tokenizer = load_policy(path, cfg.dtype)

@@ -39,11 +39,11 @@ def logprob_gap() -> dict:
     import torch
 
     from haggler.agents import AgentContext, make_agent
-    from haggler.backends.hf import HFModel
-    from haggler.generate import generate_scenarios
-    from haggler.prompts import PromptSettings
-    from haggler.protocol import Negotiation, ProtocolConfig
-    from haggler.rollout import Game, play_lockstep
+    from haggler.engine.backends.hf import HFModel
+    from haggler.scenarios.generate import generate_scenarios
+    from haggler.agents.format.prompts import PromptSettings
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.engine.rollout import Game, play_lockstep
 
     model = HFModel("default")
     ctx = AgentContext(prompt=PromptSettings(), temperature=1.0, sample_seed=0)

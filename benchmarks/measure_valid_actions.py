@@ -2,7 +2,7 @@
 
 Plays N negotiations of the model as seller against a scripted Conceder buyer, with invalid actions
 never ending a negotiation, and counts the seller's valid actions over all its turns
-(``haggler.measure``). Ends with one JSON line.
+(``haggler.evaluation.valid_actions``). Ends with one JSON line.
 
     .venv/bin/python benchmarks/measure_valid_actions.py [--seller hf:default] [--negotiations 60] [--turns 4]
         [--temperature 1.0] [--no-cues] [--slots options|numbers|indexed|names|plain] [--actions options|numbers|words] [--message-tokens 0]
@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from haggler.measure import valid_action_rate
-from haggler.prompts import PromptSettings
+from haggler.evaluation.valid_actions import valid_action_rate
+from haggler.agents.format.prompts import PromptSettings
 
 
 def main() -> None:

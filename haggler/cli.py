@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from haggler.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
+from haggler.agents.format.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
 
 
 def _csv(text: str) -> list[str]:
@@ -14,8 +14,8 @@ def _csv(text: str) -> list[str]:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from haggler.generate import generate_scenarios
-    from haggler.scenario import write_scenarios
+    from haggler.scenarios.generate import generate_scenarios
+    from haggler.core.scenario import write_scenarios
 
     if args.n < 1:
         raise ValueError(f"--n must be at least 1, got {args.n}")
@@ -28,8 +28,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_import_genius(args: argparse.Namespace) -> int:
-    from haggler.genius import import_genius
-    from haggler.scenario import iter_scenarios, write_scenarios
+    from haggler.scenarios.genius import import_genius
+    from haggler.core.scenario import iter_scenarios, write_scenarios
 
     scenario = import_genius(
         args.domain, args.seller, args.buyer, scenario_id=args.id, context=args.context, max_turns=args.max_turns
@@ -50,8 +50,8 @@ def cmd_import_genius(args: argparse.Namespace) -> int:
 
 def cmd_grid(args: argparse.Namespace) -> int:
     from haggler.agents import check_spec
-    from haggler.grid import make_grid, write_grid
-    from haggler.scenario import load_scenarios
+    from haggler.evaluation.grid import make_grid, write_grid
+    from haggler.core.scenario import load_scenarios
 
     buyers = [check_spec(b) for b in _csv(args.buyers)]
     scenarios = load_scenarios(args.scenarios)
@@ -63,8 +63,8 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from haggler.evaluate import RunSettings, run
-    from haggler.prompts import PromptSettings
+    from haggler.evaluation.runner import RunSettings, run
+    from haggler.agents.format.prompts import PromptSettings
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -72,11 +72,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
     endpoints = {}
     if args.endpoints:
-        from haggler.backends.openai_api import load_endpoints
+        from haggler.engine.backends.openai_api import load_endpoints
 
         endpoints = load_endpoints(args.endpoints)
     if args.base_url:
-        from haggler.backends.openai_api import DEFAULT_ENDPOINT, Endpoint
+        from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, Endpoint
 
         endpoints.setdefault(DEFAULT_ENDPOINT, Endpoint(base_url=args.base_url))
     settings = RunSettings(
@@ -94,7 +94,7 @@ def _train_config(args: argparse.Namespace) -> object:
     """The config with its overrides, validated, and the model checked: before anything heavy loads."""
     import yaml
 
-    from haggler.train_config import ConfigError, check_model_source, load_config
+    from haggler.training.config import ConfigError, check_model_source, load_config
 
     overrides: dict[str, object] = {}
     for item in args.set or []:
@@ -113,26 +113,26 @@ def _train_config(args: argparse.Namespace) -> object:
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _train_config(args)
-    from haggler.train import run_training
+    from haggler.training.grpo import run_training
 
     run_training(cfg, resume=args.resume)
     return 0
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from haggler.train_config import ConfigError
+    from haggler.training.config import ConfigError
 
     cfg = _train_config(args)
     if cfg.warm_start is None:
         raise ConfigError(f"{args.config}: warm_start: this config names no warm start")
-    from haggler.sft import run_warm_start
+    from haggler.training.sft import run_warm_start
 
     out = run_warm_start(cfg, force=args.force)
     if args.measure:
         import json
 
-        from haggler.measure import valid_action_rate
-        from haggler.train import prompt_settings
+        from haggler.evaluation.valid_actions import valid_action_rate
+        from haggler.training.grpo import prompt_settings
 
         settings = prompt_settings(cfg)
         for label, spec in (("before", f"hf:{cfg.model}"), ("after", f"hf:{out}")):
@@ -144,7 +144,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from haggler.plan import alternatives, estimate, render
+    from haggler.training.memory import alternatives, estimate, render
 
     asked = dict(model=args.model, lora=args.lora, gpu_memory_gb=args.gpu_memory, seq_len=args.seq_len,
                  micro_batch=args.micro_batch, gpus=args.gpus, vllm_share=args.vllm_share,
@@ -160,10 +160,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from haggler.study_config import load_study
+    from haggler.study.config import load_study
 
     cfg = load_study(args.config)  # validated before anything heavy loads
-    from haggler.study import plan_arms, run_study
+    from haggler.study.run import plan_arms, run_study
 
     if args.action == "plan":
         arms, trainings = plan_arms(cfg)
@@ -178,11 +178,11 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from haggler.report import build_report
+    from haggler.study.report.build import build_report
 
     study = None
     if args.study:
-        from haggler.study_config import load_study
+        from haggler.study.config import load_study
 
         study = load_study(args.study)
     build_report(args.results, args.out, study=study, study_path=args.study)
@@ -191,8 +191,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from haggler.results import latest, read_records
-    from haggler.summary import render, summarize
+    from haggler.evaluation.results import latest, read_records
+    from haggler.evaluation.summary import render, summarize
 
     records = []
     for path in args.results:
@@ -208,11 +208,11 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_play(args: argparse.Namespace) -> int:
     from haggler.agents import AgentContext, check_spec, make_agent
     from haggler.agents.human import HumanAgent
-    from haggler.generate import generate_scenarios
-    from haggler.protocol import Negotiation, ProtocolConfig
-    from haggler.rollout import Game, play_lockstep
-    from haggler.scenario import load_scenarios
-    from haggler.score import score
+    from haggler.scenarios.generate import generate_scenarios
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.engine.rollout import Game, play_lockstep
+    from haggler.core.scenario import load_scenarios
+    from haggler.core.score import score
 
     check_spec(args.seller)
     if args.scenarios:
@@ -240,7 +240,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from haggler.demo import scripted_tournament
+    from haggler.evaluation.tournament import scripted_tournament
 
     scripted_tournament(Path(args.out), n_scenarios=args.n)
     return 0
@@ -371,9 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from haggler.agents import SpecError
-    from haggler.grid import GridError
-    from haggler.results import ResultsError
-    from haggler.scenario import ScenarioError
+    from haggler.evaluation.grid import GridError
+    from haggler.evaluation.results import ResultsError
+    from haggler.core.scenario import ScenarioError
 
     args = build_parser().parse_args(argv)
     try:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from haggler.scenario import Issue, Preferences, Scenario
+from haggler.core.scenario import Issue, Preferences, Scenario
 
 REPO = Path(__file__).resolve().parents[1]
 GENIUS = Path(os.environ.get("HAGGLER_GENIUS_DIR", REPO.parent / "shared" / "genius-domains"))

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from haggler import negmas_bridge as nb
-from haggler.analysis import analyze, pareto_frontier
-from haggler.generate import generate_scenarios
-from haggler.genius import import_genius
+from haggler.scenarios import negmas as nb
+from haggler.core.analysis import analyze, pareto_frontier
+from haggler.scenarios.generate import generate_scenarios
+from haggler.scenarios.genius import import_genius
 from tests.test_genius import DOMAINS
 
 

@@ -8,15 +8,15 @@ import pytest
 pytest.importorskip("openai")
 
 from haggler.agents import AgentContext, SpecError, check_spec, make_agent  # noqa: E402
-from haggler.backends.fake_server import FakeChatServer  # noqa: E402
-from haggler.backends.openai_api import Endpoint, load_endpoints  # noqa: E402
-from haggler.evaluate import RunSettings, run  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.grid import make_grid, write_grid  # noqa: E402
-from haggler.protocol import Negotiation, ProtocolConfig  # noqa: E402
-from haggler.results import read_records  # noqa: E402
-from haggler.rollout import Game, play_lockstep  # noqa: E402
-from haggler.scenario import write_scenarios  # noqa: E402
+from haggler.testing.openai_server import FakeChatServer  # noqa: E402
+from haggler.engine.backends.openai_api import Endpoint, load_endpoints  # noqa: E402
+from haggler.evaluation.runner import RunSettings, run  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
+from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
+from haggler.evaluation.results import read_records  # noqa: E402
+from haggler.engine.rollout import Game, play_lockstep  # noqa: E402
+from haggler.core.scenario import write_scenarios  # noqa: E402
 
 SECRET = "sk-test-SECRET-value-1234567890"
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from haggler.train_config import load_config
+from haggler.training.config import load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -12,7 +12,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 @pytest.mark.parametrize("name", ["demo.yaml", "gemma4.yaml"])
 def test_training_configs_load_and_build_trl_arguments(name):
     pytest.importorskip("trl")
-    from haggler.train import grpo_args, peft_config
+    from haggler.training.grpo import grpo_args, peft_config
 
     cfg = load_config(CONFIGS / name)
     # GPU-only settings switched off here only so that the arguments can be built on this CPU machine

@@ -4,7 +4,7 @@ import pytest
 
 transformers = pytest.importorskip("transformers")
 
-from haggler.backends.embedded import embedded_model_dir  # noqa: E402
+from haggler.engine.backends.embedded import embedded_model_dir  # noqa: E402
 
 
 def test_the_embedded_model_is_an_ordinary_trainable_savable_folder(tmp_path):

@@ -3,8 +3,8 @@ import sys
 
 import numpy as np
 
-from haggler.analysis import analyze
-from haggler.generate import CATALOGUE, MAX_OUTCOMES, generate_scenarios
+from haggler.core.analysis import analyze
+from haggler.scenarios.generate import CATALOGUE, MAX_OUTCOMES, generate_scenarios
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

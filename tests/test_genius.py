@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from haggler.genius import GeniusImportError, import_genius
-from haggler.scenario import load_scenarios
+from haggler.scenarios.genius import GeniusImportError, import_genius
+from haggler.core.scenario import load_scenarios
 
 DOMAINS = {
     "laptop": ("laptopdomain/laptop_domain.xml", "laptopdomain/laptop_seller_utility.xml", "laptopdomain/laptop_buyer_utility.xml"),

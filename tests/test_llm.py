@@ -7,19 +7,19 @@ transformers = pytest.importorskip("transformers")
 
 from haggler.agents import AgentContext, make_agent  # noqa: E402
 from haggler.agents.llm import HFAgent  # noqa: E402
-from haggler.backends.hf import HFModel, Sample  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.prompts import PromptSettings  # noqa: E402
-from haggler.protocol import Negotiation, ProtocolConfig  # noqa: E402
-from haggler.rollout import Game, play_lockstep  # noqa: E402
-from haggler.types import Invalid, Offer  # noqa: E402
+from haggler.engine.backends.hf import HFModel, Sample  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.agents.format.prompts import PromptSettings  # noqa: E402
+from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
+from haggler.engine.rollout import Game, play_lockstep  # noqa: E402
+from haggler.core.types import Invalid, Offer  # noqa: E402
 
 SCENARIOS = generate_scenarios(4, 8, max_turns=6)
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from haggler.backends.embedded import embedded_model_dir
+    from haggler.engine.backends.embedded import embedded_model_dir
 
     return transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
 
@@ -118,7 +118,7 @@ def test_lockstep_batching_equals_playing_alone(tokenizer):
 
 
 def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokenizer):
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     texts = ["Hello there", "A much longer prompt about chairs and tables and prices", "Hi", "Price?"]
     budgets = [2, 9, 3, 9]
@@ -143,7 +143,7 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokeni
 def test_rows_are_read_in_groups_of_similar_length_without_changing_anything(tokenizer):
     """Long new stretches are read in a pass of their own (no short row is padded to their length, nor they
     to a long past); every row still gets exactly what it gets alone."""
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     long_text = " ".join(["the buyer offers a price for the chairs and the delivery date"] * 12)
     texts = ["Hello there", "Price?", long_text, "Hi", long_text + " and more"]
@@ -181,7 +181,7 @@ def test_sampling_has_no_top_k(tokenizer):
     model = tiny_model(tokenizer)
     with torch.no_grad():
         model.model.lm_head.weight.mul_(1 / 200)  # nearly flat: top-50 sampling would never leave the top 50
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     seq = Sequence(ids=tokenizer.encode("hello"))
     (sample,) = model.continue_batch([seq], 20, 1.0, stop_chars="")
@@ -305,7 +305,7 @@ def test_sequences_submitted_while_a_batch_decodes_join_it_and_get_what_they_get
     a longer past than the batch has columns included) and samples exactly what it samples alone."""
     import time
 
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     texts = ["Hello there", "Price?", " ".join(["a long history of offers and counter-offers"] * 20), "Hi"]
     budgets = [120, 10, 30, 25]
@@ -330,7 +330,7 @@ def test_sequences_submitted_while_a_batch_decodes_join_it_and_get_what_they_get
 
 
 def test_a_failing_forward_pass_reaches_every_waiting_sequence(tokenizer):
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     model = tiny_model(tokenizer)
     calls = {"n": 0}
@@ -356,7 +356,7 @@ def test_a_row_that_joined_late_keeps_its_tokens_when_the_columns_before_it_are_
     that joined late carries on exactly as it would alone."""
     import time
 
-    from haggler.backends.hf import Sequence
+    from haggler.engine.backends.hf import Sequence
 
     model = tiny_model(tokenizer)
     early, late = Sequence(ids=tokenizer.encode("Hello there")), Sequence(ids=tokenizer.encode("Price?"))

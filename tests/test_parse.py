@@ -1,7 +1,7 @@
 import pytest
 
-from haggler.parse import match_name, parse_reply, read_action_slot, read_action_word, read_slot, split_message
-from haggler.types import Accept, Invalid, Offer, WalkAway
+from haggler.agents.format.parse import match_name, parse_reply, read_action_slot, read_action_word, read_slot, split_message
+from haggler.core.types import Accept, Invalid, Offer, WalkAway
 from tests.conftest import small_scenario
 
 S = small_scenario()

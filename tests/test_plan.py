@@ -2,7 +2,7 @@
 
 import pytest
 
-from haggler.plan import alternatives, estimate, resolve_arch
+from haggler.training.memory import alternatives, estimate, resolve_arch
 
 
 def test_the_4_5b_seller_fits_one_48gb_gpu_with_lora_not_in_full():

@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from haggler.generate import generate_scenarios
+from haggler.scenarios.generate import generate_scenarios
 
 
 def test_a_person_can_play_the_buyer_in_the_terminal():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from haggler.generate import generate_scenarios
-from haggler.parse import read_action_slot, read_slot
-from haggler.prompts import (OPTION_EXAMPLE, PromptSettings, action_cue, slot_cue, system_prompt,
+from haggler.scenarios.generate import generate_scenarios
+from haggler.agents.format.parse import read_action_slot, read_slot
+from haggler.agents.format.prompts import (OPTION_EXAMPLE, PromptSettings, action_cue, slot_cue, system_prompt,
                              system_prompt_for)
 
 SCENARIO = generate_scenarios(1, 5)[0]

@@ -1,8 +1,8 @@
 import pytest
 
-from haggler.protocol import Negotiation, ProtocolConfig, play, transcript
-from haggler.score import score
-from haggler.types import Accept, Invalid, Offer, Reply, WalkAway
+from haggler.core.protocol import Negotiation, ProtocolConfig, play, transcript
+from haggler.core.score import score
+from haggler.core.types import Accept, Invalid, Offer, Reply, WalkAway
 from tests.conftest import small_scenario
 
 

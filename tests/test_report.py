@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("statsmodels")
 
-from haggler.report import POOLED, build_report  # noqa: E402
-from haggler.study import Arm  # noqa: E402
+from haggler.study.report.build import POOLED, build_report  # noqa: E402
+from haggler.study.run import Arm  # noqa: E402
 
 
 def record(seller, scenario, buyer, opener, score, deal=True, error=False):

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from haggler.report import build_report  # noqa: E402
-from haggler.study import Arm  # noqa: E402
+from haggler.study.report.build import build_report  # noqa: E402
+from haggler.study.run import Arm  # noqa: E402
 from tests.test_report import synthetic  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

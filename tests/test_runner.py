@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from haggler import evaluate
-from haggler.evaluate import run
-from haggler.generate import generate_scenarios
-from haggler.grid import GridError, load_grid, make_grid, write_grid
-from haggler.results import ResultsError, read_latest, read_records
-from haggler.scenario import write_scenarios
+from haggler.evaluation import runner as evaluate
+from haggler.evaluation.runner import run
+from haggler.scenarios.generate import generate_scenarios
+from haggler.evaluation.grid import GridError, load_grid, make_grid, write_grid
+from haggler.evaluation.results import ResultsError, read_latest, read_records
+from haggler.core.scenario import write_scenarios
 
 FIELDS = {
     "cell_id", "scenario_id", "seller", "buyer", "opener", "seed", "deal", "agreement", "ended_by", "turns",

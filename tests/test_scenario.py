@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from haggler.analysis import all_utilities
+from haggler.core.analysis import all_utilities
 
-from haggler.scenario import ScenarioError, dump_scenario, load_scenarios, write_scenarios
+from haggler.core.scenario import ScenarioError, dump_scenario, load_scenarios, write_scenarios
 from tests.conftest import small_scenario
 
 

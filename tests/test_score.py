@@ -1,8 +1,8 @@
 import pytest
 
-from haggler.protocol import Negotiation, play
-from haggler.score import advantage, score
-from haggler.types import Accept, Offer
+from haggler.core.protocol import Negotiation, play
+from haggler.core.score import advantage, score
+from haggler.core.types import Accept, Offer
 from tests.conftest import small_scenario
 from tests.test_protocol import Replay
 

@@ -2,10 +2,10 @@ import pytest
 
 from haggler.agents import SpecError, check_spec, make_agent
 from haggler.agents.scripted import TimeDependentAgent
-from haggler.analysis import analyze
-from haggler.generate import generate_scenarios
-from haggler.protocol import Negotiation, ProtocolConfig, play, transcript
-from haggler.types import Accept, Offer
+from haggler.core.analysis import analyze
+from haggler.scenarios.generate import generate_scenarios
+from haggler.core.protocol import Negotiation, ProtocolConfig, play, transcript
+from haggler.core.types import Accept, Offer
 from tests.test_protocol import Replay
 
 SCENARIOS = generate_scenarios(6, 21, max_turns=12)

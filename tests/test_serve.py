@@ -15,13 +15,13 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
-from haggler.backends.embedded import embedded_model_dir  # noqa: E402
-from haggler.backends.openai_api import Endpoint  # noqa: E402
-from haggler.evaluate import RunSettings, run  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.grid import make_grid, write_grid  # noqa: E402
-from haggler.results import read_records  # noqa: E402
-from haggler.scenario import write_scenarios  # noqa: E402
+from haggler.engine.backends.embedded import embedded_model_dir  # noqa: E402
+from haggler.engine.backends.openai_api import Endpoint  # noqa: E402
+from haggler.evaluation.runner import RunSettings, run  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
+from haggler.evaluation.results import read_records  # noqa: E402
+from haggler.core.scenario import write_scenarios  # noqa: E402
 
 
 def _free_port() -> int:

@@ -9,11 +9,11 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 from haggler.agents import MODEL_MARKER  # noqa: E402
-from haggler.sft import is_done, run_warm_start, warm_start_rows  # noqa: E402
-from haggler.train_config import load_config  # noqa: E402
-from haggler.warmstart import render_examples  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.train import prompt_settings  # noqa: E402
+from haggler.training.sft import is_done, run_warm_start, warm_start_rows  # noqa: E402
+from haggler.training.config import load_config  # noqa: E402
+from haggler.agents.teacher import render_examples  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.training.grpo import prompt_settings  # noqa: E402
 from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
 from tests.test_train import biased_tiny_model  # noqa: E402
 

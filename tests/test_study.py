@@ -14,11 +14,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
-from haggler.results import read_records  # noqa: E402
-from haggler.study import plan_arms, run_study  # noqa: E402
-from haggler.study_config import load_study  # noqa: E402
-from haggler.train import FINAL_MARKER  # noqa: E402
-from haggler.train_config import ConfigError  # noqa: E402
+from haggler.evaluation.results import read_records  # noqa: E402
+from haggler.study.run import plan_arms, run_study  # noqa: E402
+from haggler.study.config import load_study  # noqa: E402
+from haggler.training.grpo import FINAL_MARKER  # noqa: E402
+from haggler.training.config import ConfigError  # noqa: E402
 from tests.test_llm import tokenizer  # noqa: E402,F401
 from tests.test_train import biased_tiny_model  # noqa: E402
 

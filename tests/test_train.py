@@ -12,15 +12,15 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 from haggler.agents import AgentContext  # noqa: E402
-from haggler.evaluate import run  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.grid import make_grid, write_grid  # noqa: E402
-from haggler.scenario import write_scenarios  # noqa: E402
-from haggler.score import score  # noqa: E402
-from haggler.train import (  # noqa: E402
+from haggler.evaluation.runner import run  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
+from haggler.core.scenario import write_scenarios  # noqa: E402
+from haggler.core.score import score  # noqa: E402
+from haggler.training.grpo import (  # noqa: E402
     FINAL_MARKER, NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks,
 )
-from haggler.train_config import ConfigError, load_config  # noqa: E402
+from haggler.training.config import ConfigError, load_config  # noqa: E402
 from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
 
 ANSWERS = (" 1", " 2", " 3", "1", "2", "3", "\n")  # what the biased tiny model says: action and option numbers
@@ -178,8 +178,8 @@ def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):  # noqa: F
 
 
 def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):  # noqa: F811
-    from haggler.backends.hf import HFModel
-    from haggler.train import _fill_errored_with_group_mean
+    from haggler.engine.backends.hf import HFModel
+    from haggler.training.grpo import _fill_errored_with_group_mean
 
     scores = [0.2, None, 0.6, None]
     _fill_errored_with_group_mean(["a", "a", "b", "b"], scores)

@@ -9,11 +9,11 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from haggler.agents.llm import HFAgent  # noqa: E402
-from haggler.backends.hf import Sequence  # noqa: E402
-from haggler.backends.vllm import VLLMModel, colocated_generate, server_generate  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.prompts import PromptSettings  # noqa: E402
-from haggler.protocol import Negotiation, ProtocolConfig  # noqa: E402
+from haggler.engine.backends.hf import Sequence  # noqa: E402
+from haggler.engine.backends.vllm import VLLMModel, colocated_generate, server_generate  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.agents.format.prompts import PromptSettings  # noqa: E402
+from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
 from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
 
 

@@ -3,10 +3,10 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from haggler.agents import make_agent  # noqa: E402
-from haggler.generate import generate_scenarios  # noqa: E402
-from haggler.prompts import PromptSettings  # noqa: E402
-from haggler.protocol import Negotiation, ProtocolConfig, play  # noqa: E402
-from haggler.warmstart import render_examples  # noqa: E402
+from haggler.scenarios.generate import generate_scenarios  # noqa: E402
+from haggler.agents.format.prompts import PromptSettings  # noqa: E402
+from haggler.core.protocol import Negotiation, ProtocolConfig, play  # noqa: E402
+from haggler.agents.teacher import render_examples  # noqa: E402
 from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
 
 

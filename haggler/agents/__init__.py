@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haggler.agents.scripted import SCRIPTED, make_scripted
-from haggler.prompts import PromptSettings
-from haggler.scenario import Scenario
-from haggler.types import Side
+from haggler.agents.format.prompts import PromptSettings
+from haggler.core.scenario import Scenario
+from haggler.core.types import Side
 
 KINDS = ("scripted", "negmas", "hf", "openai")
 
@@ -40,7 +40,7 @@ class AgentContext:
     sample_seed: int | None = None
 
     def chat_client(self, model: str, endpoint: str) -> Any:
-        from haggler.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
+        from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
 
         if (model, endpoint) not in self.clients:
             if endpoint not in self.endpoints and endpoint != DEFAULT_ENDPOINT:
@@ -58,7 +58,7 @@ class AgentContext:
 
     def hf_model(self, name: str) -> Any:
         if name not in self.models:
-            from haggler.backends.hf import HFModel
+            from haggler.engine.backends.hf import HFModel
 
             self.models[name] = HFModel(name, kv_reuse=self.kv_reuse)
         return self.models[name]
@@ -89,7 +89,7 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 
 def split_openai(name: str) -> tuple[str, str]:
-    from haggler.backends.openai_api import DEFAULT_ENDPOINT
+    from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT
 
     model, sep, endpoint = name.rpartition("@")
     return (model, endpoint) if sep and model and endpoint else (name, DEFAULT_ENDPOINT)
@@ -104,7 +104,7 @@ def check_spec(spec: str, endpoints: dict[str, Any] | None = None) -> str:
     if kind == "scripted" and name not in SCRIPTED:
         raise SpecError(f"agent spec {spec!r}: unknown scripted negotiator; known: {', '.join(SCRIPTED)}")
     if kind == "negmas":
-        from haggler.agents.negmas_agent import negmas_class
+        from haggler.agents.negmas import negmas_class
 
         try:
             negmas_class(name)
@@ -118,7 +118,7 @@ def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: Ag
     if kind == "scripted":
         return make_scripted(name, scenario, side, seed)
     if kind == "negmas":
-        from haggler.agents.negmas_agent import NegmasAgent
+        from haggler.agents.negmas import NegmasAgent
 
         return NegmasAgent(scenario, side, name, seed)
     context = context or AgentContext()

@@ -10,12 +10,12 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from haggler.backends.openai_api import ChatClient
-from haggler.parse import parse_reply
-from haggler.prompts import observe, system_prompt
-from haggler.protocol import Negotiation
-from haggler.scenario import Scenario
-from haggler.types import Reply, Side
+from haggler.engine.backends.openai_api import ChatClient
+from haggler.agents.format.parse import parse_reply
+from haggler.agents.format.prompts import observe, system_prompt
+from haggler.core.protocol import Negotiation
+from haggler.core.scenario import Scenario
+from haggler.core.types import Reply, Side
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from haggler.parse import read_action_word, read_slot
-from haggler.prompts import describe_action, system_prompt
-from haggler.protocol import Negotiation
-from haggler.scenario import Scenario
-from haggler.types import Accept, Invalid, Offer, Reply, Side, WalkAway, other
+from haggler.agents.format.parse import read_action_word, read_slot
+from haggler.agents.format.prompts import describe_action, system_prompt
+from haggler.core.protocol import Negotiation
+from haggler.core.scenario import Scenario
+from haggler.core.types import Accept, Invalid, Offer, Reply, Side, WalkAway, other
 
 
 class HumanAgent:

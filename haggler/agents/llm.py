@@ -16,12 +16,12 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from haggler.backends.hf import HFModel, Sample, Sequence
-from haggler.parse import parse_reply, read_action_slot, read_slot
-from haggler.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt_for
-from haggler.protocol import Negotiation
-from haggler.scenario import Scenario
-from haggler.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
+from haggler.engine.backends.hf import HFModel, Sample, Sequence
+from haggler.agents.format.parse import parse_reply, read_action_slot, read_slot
+from haggler.agents.format.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt_for
+from haggler.core.protocol import Negotiation
+from haggler.core.scenario import Scenario
+from haggler.core.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import random
 from bisect import bisect_left, bisect_right
 
-from haggler.analysis import analyze
-from haggler.protocol import Negotiation
-from haggler.scenario import Scenario
-from haggler.types import Accept, Offer, Outcome, Reply, Side
+from haggler.core.analysis import analyze
+from haggler.core.protocol import Negotiation
+from haggler.core.scenario import Scenario
+from haggler.core.types import Accept, Offer, Outcome, Reply, Side
 
 TIE = 1e-12
 

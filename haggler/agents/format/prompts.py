@@ -1,0 +1,177 @@
+"""What a language-model negotiator reads, and the reply format it writes.
+
+The system prompt tells one side who it is, the product, the issues and options, its own private
+preferences and reservation value in plain words, the turn limit and the reply format. It never
+contains the other side's private information. Each turn, a user message relays the other side's
+message and action (as the engine read it), what that offer is worth to this side, and the turns left.
+
+With cues on, the environment writes the reply's skeleton into the model's own turn and the model
+fills one slot at a time: ``Message:`` (free text), ``Action:`` (offer, accept or walk away), then for
+an offer one ``issue:`` line per issue, optionally listing its options. The cue text is environment
+tokens, never trained on. Cues are a setting, not a special case for a model family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from haggler.agents.format.parse import split_message
+from haggler.core.protocol import Negotiation
+from haggler.core.scenario import Scenario
+from haggler.core.types import Accept, Action, Invalid, Offer, Side, WalkAway, other
+
+
+SLOT_STYLES = ("options", "numbers", "indexed", "names", "plain")
+ACTION_STYLES = ("options", "numbers", "words")
+ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's order
+# Shown once in the system prompt when a cue asks for an option number: a question about nothing in the
+# negotiation, so it teaches the answer's form (one number from the list) without favouring an action.
+# Measured on the untrained SmolLM2 at T = 1.0, first turn: valid action-slot answers 53% without it, 62-65%
+# with the example alone, 70-81% with the example and its last line.
+OPTION_EXAMPLE = ("Example of answering a question: Weekday options: 1. Monday 2. Tuesday 3. Wednesday\nOption number: 2"
+                  "\nNever answer a number that is not listed.")
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
+    slots: str = "options"  # each issue's cue: "options" (a numbered list, then "Option number:"),
+    # "numbers" (the numbered options in brackets, then "Number:"; either reads a number or a name),
+    # "indexed" (options numbered once in the system prompt, the cue gives only the range: fewer tokens),
+    # "names" (the options listed, answer a name) or "plain" (just the issue's name)
+    actions: str = "options"  # the action cue: "options" ("Options: 1. offer 2. accept 3. walk away",
+    # then "Option number:"), "numbers" (the same choices in brackets, then "Number:"; a number or the word
+    # reads with either) or "words" (answer offer, accept or walk away)
+    message_tokens: int = 40  # budget of the free-text slot (cues on)
+    action_tokens: int = 6
+    slot_tokens: int = 12
+    reply_tokens: int = 160  # budget of a whole free-form reply (cues off)
+
+    @property
+    def numbered(self) -> bool:
+        """Do issue slots take option numbers?"""
+        return self.slots in ("options", "numbers", "indexed")
+
+    @property
+    def numbered_actions(self) -> bool:
+        return self.actions != "words"
+
+    @property
+    def shows_example(self) -> bool:
+        """Does the system prompt show how to answer an "Option number:" cue?"""
+        return self.cues and "options" in (self.actions, self.slots)
+
+    def __post_init__(self) -> None:
+        if self.slots not in SLOT_STYLES:
+            raise ValueError(f"slots must be one of {SLOT_STYLES}, got {self.slots!r}")
+        if self.actions not in ACTION_STYLES:
+            raise ValueError(f"actions must be one of {ACTION_STYLES}, got {self.actions!r}")
+        if self.message_tokens < 0:
+            raise ValueError(f"message_tokens must be >= 0, got {self.message_tokens}")
+        for name in ("action_tokens", "slot_tokens", "reply_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def _pct(x: float) -> str:
+    return f"{round(100 * x)}%"
+
+
+def system_prompt_for(scenario: Scenario, side: Side, settings: PromptSettings) -> str:
+    """The system prompt an LLM negotiator with these settings reads."""
+    return system_prompt(scenario, side, settings.cues, settings.cues and settings.slots == "indexed",
+                         settings.shows_example)
+
+
+def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: bool = False,
+                  example: bool = False) -> str:
+    """Short on purpose: a small model reads it at every turn's first token, and on a CPU every token costs.
+    With ``cued`` the environment writes the reply's skeleton itself, so the format is not explained."""
+    prefs = scenario.preferences(side)
+    counterpart = other(side)
+    lines = [
+        f"You are the {side} of {scenario.context}, negotiating with a {counterpart}.",
+        "Issues, with how much you like each option (0 to 1) and how much each issue weighs:",
+    ]
+    for issue in scenario.issues:
+        values = " | ".join(f"{f'{k}) ' if indexed else ''}{o} {prefs.values[issue.name][o]:.2f}"
+                            for k, o in enumerate(issue.options, start=1))
+        lines.append(f"- {issue.name} (weight {prefs.weights[issue.name]:.2f}): {values}")
+    lines += [
+        f"Your score for a deal is the sum of weight times value. No deal scores {prefs.reservation:.2f}."
+        f" Keep these numbers secret. There are {scenario.max_turns} turns in all.",
+    ]
+    if cued:
+        lines.append("Each turn you fill in an action (offer, accept or walk away) and, for an offer, an option per issue.")
+        if example:
+            lines.append(OPTION_EXAMPLE)
+        return "\n".join(lines)
+    lines += [
+        "Reply with a line 'Message: <text>', then a line 'Action: offer', 'Action: accept' (the"
+        f" {counterpart}'s last offer) or 'Action: walk away'; after 'Action: offer', one line per issue:",
+    ]
+    lines += [f"{i.name}: <option>" for i in scenario.issues]
+    return "\n".join(lines)
+
+
+def describe_action(scenario: Scenario, action: Action) -> str:
+    if isinstance(action, Offer):
+        return "offer: " + ", ".join(f"{k}: {v}" for k, v in scenario.names_of(action.outcome).items())
+    if isinstance(action, Accept):
+        return "accept"
+    if isinstance(action, WalkAway):
+        return "walk away"
+    assert isinstance(action, Invalid)
+    return f"none that counts (their reply could not be read: {action.reason})"
+
+
+def observe(negotiation: Negotiation, side: Side) -> str:
+    """The user message before ``side``'s turn in this negotiation."""
+    last = negotiation.turns[-1] if negotiation.turns else None
+    return turn_message(negotiation.scenario, side, negotiation.turns_left, last.text if last else None,
+                        last.action if last else None, negotiation.offer_for(side))
+
+
+def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str | None,
+                 last_action: Action | None, table_offer: tuple[int, ...] | None) -> str:
+    """The user message before this side's turn: the other side's last turn, and where things stand."""
+    counterpart = other(side)
+    lines = []
+    if last_action is None:
+        lines.append(f"The negotiation starts. You speak first; the {counterpart} is waiting for your message.")
+    else:
+        said = split_message(last_text or "").strip() or "(nothing)"
+        lines.append(f"{counterpart.capitalize()}: {said}")
+        lines.append(f"The {counterpart}'s action: {describe_action(scenario, last_action)}")
+    if table_offer is not None:
+        worth = scenario.utility(side, table_offer)
+        lines.append(f"The {counterpart}'s offer on the table would give you a score of {worth:.2f}.")
+    lines.append(f"Turns left, including yours: {turns_left}.")
+    return "\n".join(lines)
+
+
+# ---- the reply skeleton written into the model's own turn when cues are on ----
+
+MESSAGE_CUE = "Message:"
+ACTION_CUE = "\nAction:"
+NUMBERED_ACTION_CUE = "\nAction (1 = offer, 2 = accept, 3 = walk away). Number:"
+# Measured on the untrained SmolLM2 at T = 1.0, first turn: 52% valid answers against 18-39% for the
+# bracketed cue above, which it mostly answered "4", continuing the list.
+OPTIONS_ACTION_CUE = "\nOptions: 1. offer 2. accept 3. walk away\nOption number:"
+
+
+def action_cue(settings: PromptSettings) -> str:
+    return {"options": OPTIONS_ACTION_CUE, "numbers": NUMBERED_ACTION_CUE, "words": ACTION_CUE}[settings.actions]
+
+
+def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:
+    issue = scenario.issues[issue_index]
+    if settings.slots == "options":
+        return f"\n{issue.name} options: {' '.join(f'{k}. {o}' for k, o in enumerate(issue.options, start=1))}\nOption number:"
+    if settings.slots == "numbers":
+        return f"\n{issue.name} ({', '.join(f'{k} = {o}' for k, o in enumerate(issue.options, start=1))}). Number:"
+    if settings.slots == "indexed":
+        return f"\n{issue.name} (1-{len(issue.options)}):"
+    if settings.slots == "names":
+        return f"\n{issue.name} ({' | '.join(issue.options)}):"
+    return f"\n{issue.name}:"

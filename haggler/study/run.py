@@ -1,0 +1,179 @@
+"""The whole study in one command: train every RL arm, evaluate every arm on one grid, write the report.
+
+Every stage resumes. A trained arm (its final model folder complete) is skipped; a killed training run
+continues from its latest checkpoint; evaluation skips finished cells and replays errored ones; the
+report is rebuilt from the results each time. The study's folder::
+
+    OUT/scenarios.jsonl  OUT/grid.jsonl        the evaluation set (its own seed; training refuses it)
+    OUT/train/BASE/warm-start/                 one warm start per base, shared by its RL arms
+    OUT/train/BASE-lrRATE-sSEED/               each RL arm's training run (final/ holds the model)
+    OUT/results.jsonl                          every arm's negotiations
+    OUT/report/                                summary.json, report.md, report.html, plots, tables
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from haggler.study.config import RLArm, StudyConfig
+from haggler.training.config import TrainConfig, load_config
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str  # the arm as the report names it (seeds of one RL arm share it)
+    spec: str  # the seller spec that plays it
+    kind: str  # "base", "rl" or "reference"
+    base: str | None = None  # the base arm an RL arm was trained from
+    size: float | None = None
+    size_label: str | None = None
+    learning_rate: float | None = None
+    max_steps: int | None = None
+    seed: int | None = None
+    train_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rate(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def study_dir(cfg: StudyConfig) -> Path:
+    return Path(cfg.output_dir)
+
+
+def scenarios_path(cfg: StudyConfig) -> Path:
+    return Path(cfg.grid.scenarios) if cfg.grid.scenarios else study_dir(cfg) / "scenarios.jsonl"
+
+
+def arm_training_config(cfg: StudyConfig, base_name: str, model: str, rl: Any, seed: int) -> TrainConfig:
+    """The training config of one RL arm and seed: the study's training file with this arm's settings."""
+    root = study_dir(cfg) / "train"
+    overrides = {
+        **cfg.training_overrides,
+        "model": model,
+        "output_dir": str(root / f"{base_name}-lr{_rate(rl.learning_rate)}-s{seed}"),
+        "grpo.learning_rate": rl.learning_rate,
+        "grpo.seed": seed,
+        "exclude_scenarios": [str(scenarios_path(cfg))],
+    }
+    if rl.max_steps is not None:
+        overrides["grpo.max_steps"] = rl.max_steps
+    if cfg.endpoints:
+        overrides["endpoints"] = cfg.endpoints
+    tc = load_config(cfg.training, overrides)
+    if tc.warm_start is not None:  # one warm start per base, shared by every RL arm trained from it
+        ws = tc.warm_start.model_copy(update={"output_dir": str(root / base_name / "warm-start")})
+        tc = tc.model_copy(update={"warm_start": ws})
+    return tc
+
+
+def plan_arms(cfg: StudyConfig) -> tuple[list[Arm], dict[str, TrainConfig]]:
+    """Every arm of the study, and the training config of each RL arm (keyed by its train dir)."""
+    arms: list[Arm] = []
+    trainings: dict[str, TrainConfig] = {}
+    for b in cfg.bases:
+        base_spec = f"hf:{b.model}"
+        if b.warm_start:
+            probe = load_config(cfg.training, {**cfg.training_overrides, "model": b.model, "output_dir": "unused"})
+            if probe.warm_start is None:
+                raise ValueError(f"bases: {b.name} asks for the warm-started model, but {cfg.training} names no "
+                                 "warm_start")
+            base_spec = f"hf:{study_dir(cfg) / 'train' / b.name / 'warm-start'}"
+        arms.append(Arm(b.name, base_spec, "base", size=b.size, size_label=b.size_label))
+        for rl in b.rl:
+            label = rl.label or f"{b.name}-rl-lr{_rate(rl.learning_rate)}"
+            for seed in rl.seeds:
+                tc = arm_training_config(cfg, b.name, b.model, rl, seed)
+                trainings[tc.output_dir] = tc
+                arms.append(Arm(label, f"hf:{tc.final_model_dir()}", "rl", base=b.name, size=b.size,
+                                size_label=b.size_label, learning_rate=rl.learning_rate,
+                                max_steps=tc.grpo.max_steps, seed=seed, train_dir=tc.output_dir))
+    for r in cfg.references:
+        arms.append(Arm(r.name, r.spec, "reference"))
+    evaluation = {b.spec for b in cfg.buyers}
+    for tc in trainings.values():
+        met = sorted(evaluation & {b.spec for b in tc.buyers})
+        if met:
+            raise ValueError(f"buyers: {met} also in the training pool of {cfg.training}; evaluation buyers must "
+                             "be ones the sellers never met in training")
+    return arms, trainings
+
+
+def write_evaluation_set(cfg: StudyConfig) -> tuple[Path, Path]:
+    from haggler.scenarios.generate import generate_scenarios
+    from haggler.evaluation.grid import make_grid, write_grid
+    from haggler.core.scenario import load_scenarios, write_scenarios
+
+    out = study_dir(cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    scen = scenarios_path(cfg)
+    if not cfg.grid.scenarios and not scen.exists():
+        write_scenarios(generate_scenarios(cfg.grid.n, cfg.grid.seed, max_turns=cfg.grid.max_turns), scen)
+    grid = out / "grid.jsonl"
+    if not grid.exists():
+        ids = list(load_scenarios(scen))
+        write_grid(make_grid(ids, [b.spec for b in cfg.buyers], list(cfg.grid.openers), cfg.grid.repeats,
+                             cfg.grid.grid_seed), grid)
+    return scen, grid
+
+
+def run_settings(cfg: StudyConfig) -> Any:
+    from haggler.evaluation.runner import RunSettings
+    from haggler.agents.format.prompts import PromptSettings
+
+    e = cfg.evaluation
+    endpoints = {}
+    if cfg.endpoints:
+        from haggler.engine.backends.openai_api import load_endpoints
+
+        endpoints = load_endpoints(cfg.endpoints)
+    prompt = PromptSettings(cues=e.cues, slots=e.slots, actions=e.actions, message_tokens=e.message_tokens)
+    return RunSettings(no_deal=e.no_deal, max_invalid=e.max_invalid, temperature=e.temperature, prompt=prompt,
+                       batch_size=e.batch_size, endpoints=endpoints, api_max_tokens=e.api_max_tokens)
+
+
+def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[str], None] = print,
+              progress: bool = True) -> Path:
+    from haggler.evaluation.runner import run
+    from haggler.training.grpo import FINAL_MARKER, run_training
+
+    out = study_dir(cfg)
+    scen, grid = write_evaluation_set(cfg)
+    arms, trainings = plan_arms(cfg)
+    (out / "arms.json").write_text(json.dumps([a.to_json() for a in arms], indent=2) + "\n")
+    for i, (train_dir, tc) in enumerate(trainings.items(), start=1):
+        if (tc.final_model_dir() / FINAL_MARKER).is_file():
+            log(f"[train {i}/{len(trainings)}] {train_dir}: done")
+            continue
+        log(f"[train {i}/{len(trainings)}] {train_dir}: model {tc.model}, lr {tc.grpo.learning_rate}, "
+            f"{tc.grpo.max_steps} steps, seed {tc.grpo.seed}")
+        run_training(tc, resume=True, log=log)
+    # a base that is the warm-started model: make sure it exists even without RL arms
+    for b in cfg.bases:
+        if b.warm_start and not b.rl:
+            from haggler.training.sft import run_warm_start
+
+            run_warm_start(arm_training_config(cfg, b.name, b.model, RLArm(learning_rate=1e-6), 0), log=log)
+    results = out / "results.jsonl"
+    settings = run_settings(cfg)
+    seen: set[str] = set()
+    for arm in arms:
+        if arm.spec in seen:
+            continue
+        seen.add(arm.spec)
+        log(f"[evaluate] {arm.name}{f' (seed {arm.seed})' if arm.seed is not None else ''}: {arm.spec}")
+        report = run(grid, scen, arm.spec, results, settings=settings, progress=progress)
+        log(f"  {report.played} played, {report.skipped} already done, {report.errors} errors")
+    from haggler.study.report.build import build_report
+
+    report_dir = out / "report"
+    build_report([results], report_dir, study=cfg, arms=arms, study_path=study_path)
+    log(f"report: {report_dir / 'report.html'} (and report.md, summary.json, tables/, plots/)")
+    return report_dir
