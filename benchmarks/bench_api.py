@@ -14,8 +14,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from haggler.engine.backends.openai_api import Endpoint

@@ -163,7 +163,8 @@ def cmd_study(args: argparse.Namespace) -> int:
     from haggler.study.config import load_study
 
     cfg = load_study(args.config)  # validated before anything heavy loads
-    from haggler.study.run import plan_arms, run_study
+    from haggler.study.config import plan_arms
+    from haggler.study.run import run_study
 
     if args.action == "plan":
         arms, trainings = plan_arms(cfg)

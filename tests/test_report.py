@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("statsmodels")
 
 from haggler.study.report.build import POOLED, build_report  # noqa: E402
-from haggler.study.run import Arm  # noqa: E402
+from haggler.study.config import Arm  # noqa: E402
 
 
 def record(seller, scenario, buyer, opener, score, deal=True, error=False):

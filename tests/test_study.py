@@ -15,7 +15,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 from haggler.evaluation.results import read_records  # noqa: E402
-from haggler.study.run import plan_arms, run_study  # noqa: E402
+from haggler.study.config import plan_arms
+from haggler.study.run import run_study  # noqa: E402
 from haggler.study.config import load_study  # noqa: E402
 from haggler.training.grpo import FINAL_MARKER  # noqa: E402
 from haggler.training.config import ConfigError  # noqa: E402

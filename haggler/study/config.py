@@ -6,13 +6,14 @@ relative to the study file's folder.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from haggler.agents.format.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
-from haggler.training.config import ConfigError, _describe, read_yaml
+from haggler.training.config import ConfigError, TrainConfig, _describe, load_config, read_yaml
 
 
 class _Strict(BaseModel):
@@ -121,3 +122,88 @@ def _relative_to(cfg: StudyConfig, folder: Path) -> StudyConfig:
 
     grid = cfg.grid.model_copy(update={"scenarios": fix(cfg.grid.scenarios)})
     return cfg.model_copy(update={"training": fix(cfg.training), "endpoints": fix(cfg.endpoints), "grid": grid})
+
+
+# ---- the arms a study config plans (the orchestrator runs them; the report reads them) ----
+
+@dataclass(frozen=True)
+class Arm:
+    name: str  # the arm as the report names it (seeds of one RL arm share it)
+    spec: str  # the seller spec that plays it
+    kind: str  # "base", "rl" or "reference"
+    base: str | None = None  # the base arm an RL arm was trained from
+    size: float | None = None
+    size_label: str | None = None
+    learning_rate: float | None = None
+    max_steps: int | None = None
+    seed: int | None = None
+    train_dir: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rate(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def study_dir(cfg: StudyConfig) -> Path:
+    return Path(cfg.output_dir)
+
+
+def scenarios_path(cfg: StudyConfig) -> Path:
+    return Path(cfg.grid.scenarios) if cfg.grid.scenarios else study_dir(cfg) / "scenarios.jsonl"
+
+
+def arm_training_config(cfg: StudyConfig, base_name: str, model: str, rl: Any, seed: int) -> TrainConfig:
+    """The training config of one RL arm and seed: the study's training file with this arm's settings."""
+    root = study_dir(cfg) / "train"
+    overrides = {
+        **cfg.training_overrides,
+        "model": model,
+        "output_dir": str(root / f"{base_name}-lr{_rate(rl.learning_rate)}-s{seed}"),
+        "grpo.learning_rate": rl.learning_rate,
+        "grpo.seed": seed,
+        "exclude_scenarios": [str(scenarios_path(cfg))],
+    }
+    if rl.max_steps is not None:
+        overrides["grpo.max_steps"] = rl.max_steps
+    if cfg.endpoints:
+        overrides["endpoints"] = cfg.endpoints
+    tc = load_config(cfg.training, overrides)
+    if tc.warm_start is not None:  # one warm start per base, shared by every RL arm trained from it
+        ws = tc.warm_start.model_copy(update={"output_dir": str(root / base_name / "warm-start")})
+        tc = tc.model_copy(update={"warm_start": ws})
+    return tc
+
+
+def plan_arms(cfg: StudyConfig) -> tuple[list[Arm], dict[str, TrainConfig]]:
+    """Every arm of the study, and the training config of each RL arm (keyed by its train dir)."""
+    arms: list[Arm] = []
+    trainings: dict[str, TrainConfig] = {}
+    for b in cfg.bases:
+        base_spec = f"hf:{b.model}"
+        if b.warm_start:
+            probe = load_config(cfg.training, {**cfg.training_overrides, "model": b.model, "output_dir": "unused"})
+            if probe.warm_start is None:
+                raise ValueError(f"bases: {b.name} asks for the warm-started model, but {cfg.training} names no "
+                                 "warm_start")
+            base_spec = f"hf:{study_dir(cfg) / 'train' / b.name / 'warm-start'}"
+        arms.append(Arm(b.name, base_spec, "base", size=b.size, size_label=b.size_label))
+        for rl in b.rl:
+            label = rl.label or f"{b.name}-rl-lr{_rate(rl.learning_rate)}"
+            for seed in rl.seeds:
+                tc = arm_training_config(cfg, b.name, b.model, rl, seed)
+                trainings[tc.output_dir] = tc
+                arms.append(Arm(label, f"hf:{tc.final_model_dir()}", "rl", base=b.name, size=b.size,
+                                size_label=b.size_label, learning_rate=rl.learning_rate,
+                                max_steps=tc.grpo.max_steps, seed=seed, train_dir=tc.output_dir))
+    for r in cfg.references:
+        arms.append(Arm(r.name, r.spec, "reference"))
+    evaluation = {b.spec for b in cfg.buyers}
+    for tc in trainings.values():
+        met = sorted(evaluation & {b.spec for b in tc.buyers})
+        if met:
+            raise ValueError(f"buyers: {met} also in the training pool of {cfg.training}; evaluation buyers must "
+                             "be ones the sellers never met in training")
+    return arms, trainings

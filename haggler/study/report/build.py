@@ -354,7 +354,7 @@ def build_report(results: list[str | Path], out_dir: str | Path, study: Any = No
     n_boot = n_boot or (study.bootstrap if study is not None else 4000)
     margin = margin or (study.margin if study is not None else 0.02)
     if study is not None and arms is None:
-        from haggler.study.run import plan_arms
+        from haggler.study.config import plan_arms
 
         arms = plan_arms(study)[0]
     table = arm_table(records, arms)
@@ -427,7 +427,7 @@ def _settings(records: list[dict], study: Any, study_path: str | None) -> dict[s
         if study_path:
             out["study_file"] = study_path
         try:
-            from haggler.study.run import plan_arms
+            from haggler.study.config import plan_arms
 
             out["training"] = {tc: cfg.model_dump(mode="json") for tc, cfg in plan_arms(study)[1].items()}
         except Exception as err:  # noqa: BLE001 - the report still renders; say why this part is missing
