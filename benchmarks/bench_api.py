@@ -57,7 +57,7 @@ def main() -> None:
                      progress=False)
         wall = time.perf_counter() - start
         records = read_records(work / "r.jsonl")
-        calls = sum(1 for r in records for t in r["transcript"] if t["speaker"] == "buyer")
+        calls = sum(1 for r in records for t in r.transcript if t["speaker"] == "buyer")
     finally:
         server.kill()
     ideal = max(calls * args.delay / args.concurrency, 1e-9)

@@ -18,7 +18,7 @@ import numpy as np
 
 from haggler.core import analysis
 from haggler.scenarios import negmas as negmas_bridge
-from haggler.agents import make_agent
+from haggler.agents.registry import make_agent
 from haggler.core.protocol import Negotiation, ProtocolConfig, play
 from haggler.core.scenario import Issue, Preferences, Scenario
 from haggler.core.score import score

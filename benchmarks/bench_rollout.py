@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from haggler.agents import AgentContext, make_agent
+from haggler.agents.registry import AgentContext, make_agent
 from haggler.engine.backends.hf import HFModel
 from haggler.scenarios.generate import generate_scenarios
 from haggler.agents.format.prompts import PromptSettings

@@ -28,7 +28,8 @@ def main() -> None:
 
     from transformers import TrainerCallback
 
-    from haggler.training.grpo import build_trainer, load_policy, training_tasks
+    from haggler.training.common import load_policy
+    from haggler.training.grpo import build_trainer, training_tasks
     from haggler.training.config import load_config
 
     out = tempfile.mkdtemp(prefix="bench-train-")

@@ -38,7 +38,7 @@ def logprob_gap() -> dict:
     """Sampler log-probabilities (lockstep, bf16, cached) against one fresh forward pass per negotiation."""
     import torch
 
-    from haggler.agents import AgentContext, make_agent
+    from haggler.agents.registry import AgentContext, make_agent
     from haggler.engine.backends.hf import HFModel
     from haggler.scenarios.generate import generate_scenarios
     from haggler.agents.format.prompts import PromptSettings
@@ -146,10 +146,12 @@ def stage(name: str, work: Path) -> dict:
             text, secs = text + out, secs + s
             if not ok:
                 break
-        rows = [json.loads(line) for line in res.read_text().splitlines()] if ok and res.exists() else []
+        from haggler.evaluation.results import read_records
+
+        rows = read_records(res) if ok else []
         return {"ok": ok and bool(rows), "seconds": round(secs, 1), "negotiations": len(rows),
-                "ended_by": sorted({r.get("ended_by") for r in rows}, key=str),
-                "seller_agent": rows[0].get("agents", {}).get("seller") if rows else None, "tail": text[-2000:]}
+                "ended_by": sorted({r.ended_by for r in rows}, key=str),
+                "seller_agent": (rows[0].agents or {}).get("seller") if rows else None, "tail": text[-2000:]}
     raise ValueError(name)
 
 

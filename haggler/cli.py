@@ -1,12 +1,26 @@
-"""The ``haggler`` command. Each subcommand imports what it needs only when it runs."""
+"""The ``haggler`` command: parse the arguments, call one function, print.
+
+Subcommands import their part of haggler when they run, so ``haggler --help`` and a config's validation
+answer at once instead of after torch, transformers and NegMAS have loaded.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+import yaml
+from pydantic import ValidationError
+
 from haggler.agents.format.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
+from haggler.agents.registry import SpecError
+from haggler.core.config import ConfigError, error_items
+from haggler.core.scenario import ScenarioError
+from haggler.evaluation.grid import GridError
+from haggler.evaluation.results import ResultsError
+from haggler.evaluation.settings import RunSettings, default
 
 
 def _csv(text: str) -> list[str]:
@@ -49,7 +63,7 @@ def cmd_import_genius(args: argparse.Namespace) -> int:
 
 
 def cmd_grid(args: argparse.Namespace) -> int:
-    from haggler.agents import check_spec
+    from haggler.agents.registry import check_spec
     from haggler.evaluation.grid import make_grid, write_grid
     from haggler.core.scenario import load_scenarios
 
@@ -63,38 +77,29 @@ def cmd_grid(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from haggler.evaluation.runner import RunSettings, run
-    from haggler.agents.format.prompts import PromptSettings
+    from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, Endpoint, load_endpoints
+    from haggler.evaluation.runner import run
 
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
-    if args.temperature < 0:
-        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
-    endpoints = {}
-    if args.endpoints:
-        from haggler.engine.backends.openai_api import load_endpoints
-
-        endpoints = load_endpoints(args.endpoints)
+    endpoints = load_endpoints(args.endpoints) if args.endpoints else {}
     if args.base_url:
-        from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, Endpoint
-
         endpoints.setdefault(DEFAULT_ENDPOINT, Endpoint(base_url=args.base_url))
-    settings = RunSettings(
-        no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
-        prompt=PromptSettings(cues=not args.no_cues, slots=args.slots, actions=args.actions,
-                              message_tokens=args.message_tokens), batch_size=args.batch_size,
-        endpoints=endpoints, api_max_tokens=args.api_max_tokens,
-    )
-    report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress)
+    given = {k: getattr(args, k) for k in ("cues", "slots", "actions", "message_tokens") if getattr(args, k) is not None}
+    try:
+        settings = RunSettings(no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
+                               prompt=given, batch_size=args.batch_size, api_max_tokens=args.api_max_tokens)
+    except ValidationError as err:  # named as the flags are spelt
+        raise ValueError("; ".join(f"--{key.split('.')[-1].replace('_', '-')}: {msg}"
+                                   for key, msg in error_items(err))) from None
+    report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress,
+                 endpoints=endpoints)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
     return 1 if report.errors else 0
 
 
 def _train_config(args: argparse.Namespace) -> object:
     """The config with its overrides, validated, and the model checked: before anything heavy loads."""
-    import yaml
-
-    from haggler.training.config import ConfigError, check_model_source, load_config
+    from haggler.agents.registry import check_model_source
+    from haggler.training.config import load_config
 
     overrides: dict[str, object] = {}
     for item in args.set or []:
@@ -107,21 +112,22 @@ def _train_config(args: argparse.Namespace) -> object:
         if getattr(args, flag, None) is not None:
             overrides[key] = getattr(args, flag)
     cfg = load_config(args.config, overrides)
-    check_model_source(cfg.model, f"{args.config}: model")
+    try:
+        check_model_source(cfg.model)
+    except SpecError as err:
+        raise ConfigError(f"{args.config}: model: {err}") from None
     return cfg
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     cfg = _train_config(args)
-    from haggler.training.grpo import run_training
+    from haggler.training.recipe import run_training
 
     run_training(cfg, resume=args.resume)
     return 0
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from haggler.training.config import ConfigError
-
     cfg = _train_config(args)
     if cfg.warm_start is None:
         raise ConfigError(f"{args.config}: warm_start: this config names no warm start")
@@ -129,12 +135,9 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
     out = run_warm_start(cfg, force=args.force)
     if args.measure:
-        import json
-
         from haggler.evaluation.valid_actions import valid_action_rate
-        from haggler.training.grpo import prompt_settings
 
-        settings = prompt_settings(cfg)
+        settings = cfg.prompt  # its explicit fields over each model's card: both play in the training format
         for label, spec in (("before", f"hf:{cfg.model}"), ("after", f"hf:{out}")):
             figures = valid_action_rate(spec, args.measure, cfg.warm_start.max_turns, settings,
                                         cfg.grpo.temperature)
@@ -143,7 +146,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def cmd_memory(args: argparse.Namespace) -> int:
     from haggler.training.memory import alternatives, estimate, render
 
     asked = dict(model=args.model, lora=args.lora, gpu_memory_gb=args.gpu_memory, seq_len=args.seq_len,
@@ -179,7 +182,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from haggler.study.report.build import build_report
+    from haggler.study.report import build_report
 
     study = None
     if args.study:
@@ -192,30 +195,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from haggler.evaluation.results import latest, read_records
+    from haggler.evaluation.results import load_results
     from haggler.evaluation.summary import render, summarize
 
-    records = []
-    for path in args.results:
-        if not Path(path).exists():
-            raise ValueError(f"{path}: no such results file")
-        records.extend(latest(read_records(path)).values())
-    if not records:
-        raise ValueError("the results files hold no records")
-    render(summarize(records))
+    render(summarize(load_results(args.results)))
     return 0
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    from haggler.agents import AgentContext, check_spec, make_agent
-    from haggler.agents.human import HumanAgent
-    from haggler.scenarios.generate import generate_scenarios
-    from haggler.core.protocol import Negotiation, ProtocolConfig
-    from haggler.engine.rollout import Game, play_lockstep
     from haggler.core.scenario import load_scenarios
-    from haggler.core.score import score
+    from haggler.evaluation.interactive import play_against
+    from haggler.scenarios.generate import generate_scenarios
 
-    check_spec(args.seller)
     if args.scenarios:
         table = load_scenarios(args.scenarios)
         if args.scenario and args.scenario not in table:
@@ -223,24 +214,11 @@ def cmd_play(args: argparse.Namespace) -> int:
         scenario = table[args.scenario] if args.scenario else next(iter(table.values()))
     else:
         scenario = generate_scenarios(1, args.seed)[0]
-    human = HumanAgent(scenario, "buyer")
-    seller = make_agent(args.seller, scenario, "seller", args.seed, AgentContext(temperature=args.temperature))
-    game = Game(Negotiation(scenario, ProtocolConfig(opener=args.opener)), {"seller": seller, "buyer": human})
-    play_lockstep([game])
-    neg = game.negotiation
-    if neg.turns and neg.turns[-1].speaker == "seller":
-        print(f"\nseller: {neg.turns[-1].text}")
-    figures = score(neg)
-    print(f"\nEnded by {neg.ended_by}" + (f" ({neg.error})" if neg.error else ""))
-    if neg.agreement is not None:
-        print("Agreement: " + ", ".join(f"{k}: {v}" for k, v in scenario.names_of(neg.agreement).items()))
-    if figures.deal is not None:
-        print(f"Your utility (buyer): {figures.buyer_utility:.3f} (no deal: {scenario.buyer.reservation:.3f})")
-        print(f"Seller's utility: {figures.seller_utility:.3f} (no deal: {scenario.seller.reservation:.3f})")
+    play_against(args.seller, scenario, args.opener, args.seed, args.temperature)
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_tournament(args: argparse.Namespace) -> int:
     from haggler.evaluation.tournament import scripted_tournament
 
     scripted_tournament(Path(args.out), n_scenarios=args.n)
@@ -284,22 +262,30 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--scenarios", required=True)
     r.add_argument("--seller", required=True)
     r.add_argument("--out", required=True)
-    r.add_argument("--no-deal", choices=("reservation", "zero"), default="reservation",
-                   help="the seller's score without a deal")
-    r.add_argument("--max-invalid", type=int, default=3, help="invalid actions before a side is taken to walk away")
-    r.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of language-model agents")
-    r.add_argument("--no-cues", action="store_true",
+    # Defaults come from RunSettings (one declaration). Prompt flags default to "not given": a model's card
+    # decides its format, and only what is given here overrides it.
+    r.add_argument("--no-deal", choices=("reservation", "zero"), default=default("no_deal"),
+                   help="the seller's score without a deal (default: %(default)s)")
+    r.add_argument("--max-invalid", type=int, default=default("max_invalid"),
+                   help="invalid actions before a side is taken to walk away (default: %(default)s)")
+    r.add_argument("--temperature", type=float, default=default("temperature"),
+                   help="sampling temperature of language-model agents (default: %(default)s)")
+    r.add_argument("--no-cues", dest="cues", action="store_const", const=False, default=None,
                    help="language-model agents write the whole reply (default: the environment cues each slot)")
-    r.add_argument("--slots", choices=SLOT_STYLES, default=PromptSettings.slots,
-                   help="how a cued issue slot presents its options")
-    r.add_argument("--actions", choices=ACTION_STYLES, default=PromptSettings.actions,
-                   help="how the cued action slot presents offer / accept / walk away")
-    r.add_argument("--message-tokens", type=int, default=40,
-                   help="budget of the cued free-text message (0: no message); a model haggler trained uses its own")
-    r.add_argument("--batch-size", type=int, default=64, help="negotiations played in lockstep at once")
+    r.add_argument("--slots", choices=SLOT_STYLES, default=None,
+                   help=f"how a cued issue slot presents its options (default: the model card's, else {PromptSettings().slots})")
+    r.add_argument("--actions", choices=ACTION_STYLES, default=None,
+                   help=f"how the cued action slot presents offer / accept / walk away (default: the model card's, else "
+                        f"{PromptSettings().actions})")
+    r.add_argument("--message-tokens", type=int, default=None,
+                   help=f"budget of the cued free-text message, 0: no message (default: the model card's, else "
+                        f"{PromptSettings().message_tokens})")
+    r.add_argument("--batch-size", type=int, default=default("batch_size"),
+                   help="negotiations in play at once (default: %(default)s)")
     r.add_argument("--base-url", default=None,
                    help="the default OpenAI-compatible endpoint (else OPENAI_BASE_URL); its key: OPENAI_API_KEY")
-    r.add_argument("--api-max-tokens", type=int, default=300, help="reply budget of openai: agents")
+    r.add_argument("--api-max-tokens", type=int, default=default("api_max_tokens"),
+                   help="reply budget of openai: agents (default: %(default)s)")
     r.add_argument("--endpoints", default=None,
                    help="a YAML table of named endpoints for specs like openai:MODEL@NAME")
     r.add_argument("--no-progress", action="store_true")
@@ -325,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="measure the valid-action rate before and after on N negotiations")
     sf.set_defaults(func=cmd_sft)
 
-    pn = sub.add_parser("plan", help="estimate a training run's GPU memory and whether it fits")
+    pn = sub.add_parser("memory", help="estimate a training run's GPU memory and whether it fits")
     pn.add_argument("--model", required=True, help="a Hugging Face id, a model folder, or a size such as 4.5B")
     pn.add_argument("--lora", action="store_true")
     pn.add_argument("--gpu-memory", type=float, default=80.0, help="GiB per GPU")
@@ -336,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="share of GPU memory given to a colocated vLLM (0: a separate server or none)")
     pn.add_argument("--optimizer-bits", type=int, choices=(32, 8), default=32, help="AdamW state precision")
     pn.add_argument("--offload", action="store_true", help="optimizer states offloaded to CPU (ZeRO-3 offload)")
-    pn.set_defaults(func=cmd_plan)
+    pn.set_defaults(func=cmd_memory)
 
     st = sub.add_parser("study", help="the whole study: train every RL arm, evaluate every arm, report")
     st.add_argument("action", choices=("run", "plan"), help="run it (resumable), or list its arms")
@@ -363,23 +349,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--temperature", type=float, default=1.0)
     pl.set_defaults(func=cmd_play)
 
-    d = sub.add_parser("demo", help="a scripted tournament on generated scenarios, with a summary table")
-    d.add_argument("--out", default="runs/demo")
+    d = sub.add_parser("tournament", help="every scripted seller against scripted buyers, with a summary table")
+    d.add_argument("--out", default="runs/tournament")
     d.add_argument("--n", type=int, default=24, help="scenarios")
-    d.set_defaults(func=cmd_demo)
+    d.set_defaults(func=cmd_tournament)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from haggler.agents import SpecError
-    from haggler.evaluation.grid import GridError
-    from haggler.evaluation.results import ResultsError
-    from haggler.core.scenario import ScenarioError
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, GridError, ResultsError, SpecError, ValueError) as err:
+    except (ScenarioError, GridError, ResultsError, SpecError, ConfigError, ValueError) as err:
         print(f"haggler: error: {err}", file=sys.stderr)
         return 2
 

@@ -41,3 +41,24 @@ def small_scenario(max_turns: int = 6, rs: float = 0.3, rb: float = 0.3) -> Scen
 @pytest.fixture
 def tiny() -> Scenario:
     return small_scenario()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The embedded model's real tokenizer and chat template (the tiny test models are built around it)."""
+    transformers = pytest.importorskip("transformers")
+    from haggler.engine.backends.embedded import embedded_model_dir
+
+    return transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
+
+
+def mask_runs(mask: list[int]) -> list[tuple[int, int]]:
+    """The (start, end) spans of consecutive 1s in a trajectory's mask: one per sampled segment."""
+    runs, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs

@@ -7,10 +7,11 @@ import pytest
 
 pytest.importorskip("openai")
 
-from haggler.agents import AgentContext, SpecError, check_spec, make_agent  # noqa: E402
+from haggler.agents.registry import AgentContext, SpecError, check_spec, make_agent  # noqa: E402
 from haggler.testing.openai_server import FakeChatServer  # noqa: E402
 from haggler.engine.backends.openai_api import Endpoint, load_endpoints  # noqa: E402
-from haggler.evaluation.runner import RunSettings, run  # noqa: E402
+from haggler.evaluation.runner import run  # noqa: E402
+from haggler.evaluation.settings import RunSettings  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
 from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
@@ -40,12 +41,12 @@ def test_an_api_buyer_plays_and_its_settings_are_recorded(tmp_path, monkeypatch)
     monkeypatch.setenv("HAGGLER_TEST_KEY", SECRET)
     sp, gp, out = _setup(tmp_path)
     with FakeChatServer() as server:
-        settings = RunSettings(endpoints={"default": _fast(server.base_url)})
-        report = run(gp, sp, "scripted:boulware", out, settings=settings, progress=False)
+        endpoints = {"default": _fast(server.base_url)}
+        report = run(gp, sp, "scripted:boulware", out, progress=False, endpoints=endpoints)
     assert report.errors == 0 and report.played == 12
     records = read_records(out)
-    assert all(r["ended_by"] == "accept" for r in records)
-    buyer = records[0]["agents"]["buyer"]
+    assert all(r.ended_by == "accept" for r in records)
+    buyer = records[0].agents["buyer"]
     assert buyer["backend"] == "openai" and buyer["reported_model"] == "fake-model-v1"
     assert buyer["temperature"] == 1.0 and buyer["max_tokens"] > 0
     # the key travels in the Authorization header only, never into results
@@ -57,8 +58,9 @@ def test_retries_honour_retry_after_then_succeed(tmp_path, monkeypatch):
     sp, gp, out = _setup(tmp_path, n=2)
     fates = {0: ("429", "0"), 1: ("500",), 2: ("hang", 2.0)}
     with FakeChatServer(fail=lambda n: fates.get(n)) as server:
-        settings = RunSettings(endpoints={"default": _fast(server.base_url, max_retries=4)}, batch_size=1)
-        report = run(gp, sp, "scripted:boulware", out, settings=settings, progress=False)
+        endpoints = {"default": _fast(server.base_url, max_retries=4)}
+        report = run(gp, sp, "scripted:boulware", out, settings=RunSettings(batch_size=1), progress=False,
+                     endpoints=endpoints)
     assert report.errors == 0
     assert server.requests >= server.answered + 3
 
@@ -68,20 +70,20 @@ def test_a_failing_server_loses_nothing_and_a_rerun_completes(tmp_path):
     sp, gp, out = _setup(tmp_path, n=10)
     pattern = [None, ("429", "0"), ("500",), None, ("hang", 1.5), ("500",), ("500",), ("500",), ("500",), None]
     with FakeChatServer(fail=lambda n: pattern[n % len(pattern)]) as server:
-        settings = RunSettings(endpoints={"default": _fast(server.base_url, max_retries=2, timeout_s=0.5)})
-        first = run(gp, sp, "scripted:conceder", out, settings=settings, progress=False)
+        endpoints = {"default": _fast(server.base_url, max_retries=2, timeout_s=0.5)}
+        first = run(gp, sp, "scripted:conceder", out, progress=False, endpoints=endpoints)
     records = read_records(out)
-    assert len(records) == 20 and len({r["cell_id"] for r in records}) == 20
-    errored = [r for r in records if r["ended_by"] == "error"]
+    assert len(records) == 20 and len({r.cell_id for r in records}) == 20
+    errored = [r for r in records if r.ended_by == "error"]
     assert first.errors == len(errored) > 0, "the failure pattern should exhaust some retries"
     for r in errored:
-        assert "failed after 3 attempts" in r["error"] and r["seller_score"] is None and r["deal"] is None
+        assert "failed after 3 attempts" in r.error and r.seller_score is None and r.deal is None
     with FakeChatServer() as healthy:
-        settings = RunSettings(endpoints={"default": _fast(healthy.base_url)})
-        second = run(gp, sp, "scripted:conceder", out, settings=settings, progress=False)
+        endpoints = {"default": _fast(healthy.base_url)}
+        second = run(gp, sp, "scripted:conceder", out, progress=False, endpoints=endpoints)
     assert second.played == len(errored) and second.errors == 0
     records = read_records(out)
-    assert len(records) == 20 and not [r for r in records if r["ended_by"] == "error"]
+    assert len(records) == 20 and not [r for r in records if r.ended_by == "error"]
 
 
 def test_client_errors_are_not_retried_and_keys_are_redacted(tmp_path, monkeypatch):
@@ -122,12 +124,11 @@ def test_two_buyers_on_two_endpoints_in_one_run(tmp_path, monkeypatch):
     write_scenarios(scenarios, sp)
     write_grid(make_grid([s.id for s in scenarios], ["openai:m@a", "openai:m@b"], ["seller"]), gp)
     with FakeChatServer(model="model-a") as a, FakeChatServer(model="model-b") as b:
-        settings = RunSettings(endpoints={"a": _fast(a.base_url, api_key_env="KEY_A"),
-                                          "b": _fast(b.base_url, api_key_env="KEY_B")})
-        run(gp, sp, "scripted:boulware", out, settings=settings, progress=False)
+        endpoints = {"a": _fast(a.base_url, api_key_env="KEY_A"), "b": _fast(b.base_url, api_key_env="KEY_B")}
+        run(gp, sp, "scripted:boulware", out, progress=False, endpoints=endpoints)
     assert a.answered == 3 and b.answered == 3
     assert set(a.auth_headers) == {"Bearer sk-aaaa-1111"} and set(b.auth_headers) == {"Bearer sk-bbbb-2222"}
-    reported = {r["buyer"]: r["agents"]["buyer"]["reported_model"] for r in read_records(out)}
+    reported = {r.buyer: r.agents["buyer"]["reported_model"] for r in read_records(out)}
     assert reported == {"openai:m@a": "model-a", "openai:m@b": "model-b"}
     text = out.read_text()
     assert "sk-aaaa" not in text and "sk-bbbb" not in text and json.loads(text.splitlines()[0])

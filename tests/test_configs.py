@@ -58,3 +58,14 @@ def test_the_gpu_check_trains_from_the_gemma4_recipe(tmp_path):
     assert all(b.spec.startswith("scripted:") for b in cfg.buyers) and cfg.buyers
     assert (cfg.grpo.bf16, cfg.grpo.use_cpu, cfg.grpo.gradient_checkpointing) == (True, False, True)
     assert cfg.lora == recipe.lora and cfg.grpo.learning_rate == recipe.grpo.learning_rate
+
+
+def test_training_plays_in_the_base_models_card_format_under_the_configs_explicit_fields():
+    pytest.importorskip("transformers")  # the embedded model's folder (and its card) is made with it
+    from haggler.training.common import training_format
+
+    plain = training_format(load_config(data={"model": "default", "output_dir": "x"}))
+    assert plain.message_tokens == 0  # the embedded model's card
+    given = training_format(load_config(data={"model": "default", "output_dir": "x",
+                                              "prompt": {"slots": "names", "action_tokens": 4}}))
+    assert (given.slots, given.action_tokens, given.message_tokens) == ("names", 4, 0)

@@ -5,23 +5,18 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from haggler.agents import AgentContext, make_agent  # noqa: E402
+from haggler.agents.registry import AgentContext, make_agent  # noqa: E402
 from haggler.agents.llm import HFAgent  # noqa: E402
-from haggler.engine.backends.hf import HFModel, Sample  # noqa: E402
+from haggler.engine.backends.hf import HFModel  # noqa: E402
+from haggler.engine.interfaces import Sample, Sequence  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.agents.format.prompts import PromptSettings  # noqa: E402
 from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
 from haggler.engine.rollout import Game, play_lockstep  # noqa: E402
 from haggler.core.types import Invalid, Offer  # noqa: E402
+from tests.conftest import mask_runs  # noqa: E402
 
 SCENARIOS = generate_scenarios(4, 8, max_turns=6)
-
-
-@pytest.fixture(scope="session")
-def tokenizer():
-    from haggler.engine.backends.embedded import embedded_model_dir
-
-    return transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
 
 
 def tiny_model(tokenizer, seed=0, kv_reuse=True):
@@ -48,17 +43,6 @@ def _games(model, temperature, settings=None, n=4):
     return games
 
 
-def _runs(mask):
-    runs, start = [], None
-    for i, m in enumerate(mask + [0]):
-        if m and start is None:
-            start = i
-        if not m and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
-
-
 def test_trajectory_is_exact_tokens_with_mask_and_logprobs(tokenizer):
     model = tiny_model(tokenizer)
     games = _games(model, temperature=0.7)
@@ -69,7 +53,7 @@ def test_trajectory_is_exact_tokens_with_mask_and_logprobs(tokenizer):
         assert len(tr.completion_ids) == len(tr.env_mask) == len(tr.logprobs)
         assert tr.prompt_ids + tr.completion_ids == agent.sequence.ids
         # the masked-in tokens, run by run, decode to exactly the texts the agent generated
-        runs = _runs(tr.env_mask)
+        runs = mask_runs(tr.env_mask)
         assert [tokenizer.decode(tr.completion_ids[a:b]) for a, b in runs] == [t for t in agent.generated_texts if t]
         # the cues and the other side's turns are environment tokens
         env_text = tokenizer.decode([t for t, m in zip(tr.completion_ids, tr.env_mask) if not m])
@@ -118,8 +102,6 @@ def test_lockstep_batching_equals_playing_alone(tokenizer):
 
 
 def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokenizer):
-    from haggler.engine.backends.hf import Sequence
-
     texts = ["Hello there", "A much longer prompt about chairs and tables and prices", "Hi", "Price?"]
     budgets = [2, 9, 3, 9]
     model = tiny_model(tokenizer)
@@ -143,8 +125,6 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_anything(tokeni
 def test_rows_are_read_in_groups_of_similar_length_without_changing_anything(tokenizer):
     """Long new stretches are read in a pass of their own (no short row is padded to their length, nor they
     to a long past); every row still gets exactly what it gets alone."""
-    from haggler.engine.backends.hf import Sequence
-
     long_text = " ".join(["the buyer offers a price for the chairs and the delivery date"] * 12)
     texts = ["Hello there", "Price?", long_text, "Hi", long_text + " and more"]
     model = tiny_model(tokenizer)
@@ -181,8 +161,6 @@ def test_sampling_has_no_top_k(tokenizer):
     model = tiny_model(tokenizer)
     with torch.no_grad():
         model.model.lm_head.weight.mul_(1 / 200)  # nearly flat: top-50 sampling would never leave the top 50
-    from haggler.engine.backends.hf import Sequence
-
     seq = Sequence(ids=tokenizer.encode("hello"))
     (sample,) = model.continue_batch([seq], 20, 1.0, stop_chars="")
     with torch.no_grad():
@@ -305,8 +283,6 @@ def test_sequences_submitted_while_a_batch_decodes_join_it_and_get_what_they_get
     a longer past than the batch has columns included) and samples exactly what it samples alone."""
     import time
 
-    from haggler.engine.backends.hf import Sequence
-
     texts = ["Hello there", "Price?", " ".join(["a long history of offers and counter-offers"] * 20), "Hi"]
     budgets = [120, 10, 30, 25]
     model = tiny_model(tokenizer)
@@ -330,8 +306,6 @@ def test_sequences_submitted_while_a_batch_decodes_join_it_and_get_what_they_get
 
 
 def test_a_failing_forward_pass_reaches_every_waiting_sequence(tokenizer):
-    from haggler.engine.backends.hf import Sequence
-
     model = tiny_model(tokenizer)
     calls = {"n": 0}
     forward = model.model.forward
@@ -355,8 +329,6 @@ def test_a_row_that_joined_late_keeps_its_tokens_when_the_columns_before_it_are_
     """When the early rows leave, the columns only they read are cut off and their rows dropped; the row
     that joined late carries on exactly as it would alone."""
     import time
-
-    from haggler.engine.backends.hf import Sequence
 
     model = tiny_model(tokenizer)
     early, late = Sequence(ids=tokenizer.encode("Hello there")), Sequence(ids=tokenizer.encode("Price?"))

@@ -9,7 +9,8 @@ import pytest
 pytest.importorskip("matplotlib")
 pytest.importorskip("statsmodels")
 
-from haggler.study.report.build import POOLED, build_report  # noqa: E402
+from haggler.study.report import build_report  # noqa: E402
+from haggler.study.report.assemble import POOLED  # noqa: E402
 from haggler.study.config import Arm  # noqa: E402
 
 
@@ -96,3 +97,21 @@ def test_several_training_seeds_show_their_spread(tmp_path):
     assert rl["seeds"] == 3 and set(rl["seed_means"]) == {"0", "1", "2"} and rl["seed_sd"] >= 0
     (cmp,) = [c for c in summary["comparisons"] if c["buyer"] == POOLED and c["family"] == "rl_vs_base"]
     assert cmp["difference"]["n_seeds"] == 3 and "evaluation noise only" not in cmp["verdict"]
+
+
+def test_the_page_holds_what_the_browser_test_looks_for_without_a_browser(tmp_path):
+    records = synthetic(tmp_path)
+    arms = [Arm("base", "hf:base", "base", size=0.135),
+            Arm("rl", "hf:rl", "rl", base="base", size=0.135, learning_rate=1e-5, seed=0)]
+    build_report([tmp_path / "results.jsonl"], tmp_path / "report", arms=arms, n_boot=300)
+    html = (tmp_path / "report" / "report.html").read_text()
+    assert '<table id="headline">' in html and "<td>base</td>" in html and "<td>rl</td>" in html
+    assert html.count('class="plot"') >= 2 and "data:image/png;base64," in html
+    assert html.count('<details class="transcript" id="t') == len(records)
+    assert '<details class="transcript" id="t3" data-arm="' in html
+    for key in ("arm", "buyer", "scenario"):
+        assert f'<select id="f-{key}"><option value="">every {key}</option>' in html
+    assert '<span id="shown"></span>' in html
+    script = html.split("<script>")[1].split("</script>")[0]
+    assert "location.hash" in script and "target.open = true" in script  # report.html#t12 opens transcript 12
+    assert "{{" not in html and "{%" not in html  # the template rendered completely

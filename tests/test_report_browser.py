@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from haggler.study.report.build import build_report  # noqa: E402
+from haggler.study.report import build_report  # noqa: E402
 from haggler.study.config import Arm  # noqa: E402
 from tests.test_report import synthetic  # noqa: E402
 

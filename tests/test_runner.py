@@ -11,7 +11,7 @@ from haggler.evaluation import runner as evaluate
 from haggler.evaluation.runner import run
 from haggler.scenarios.generate import generate_scenarios
 from haggler.evaluation.grid import GridError, load_grid, make_grid, write_grid
-from haggler.evaluation.results import ResultsError, read_latest, read_records
+from haggler.evaluation.results import Record, ResultsError, compact, load_results, read_latest, read_records
 from haggler.core.scenario import write_scenarios
 
 FIELDS = {
@@ -52,16 +52,16 @@ def test_run_writes_every_field_once_per_cell(setup):
     report = run(gp, sp, "scripted:linear", out, progress=False)
     assert (report.played, report.skipped, report.errors) == (32, 0, 0)
     records = read_records(out)
-    assert len(records) == 32 and len({r["cell_id"] for r in records}) == 32
+    assert len(records) == 32 and len({r.cell_id for r in records}) == 32
     for r in records:
-        assert FIELDS <= set(r)
-        assert r["ended_by"] in ("accept", "walk_away", "deadline")
-        assert r["turns"] == len(r["transcript"])
-        assert {t["speaker"] for t in r["transcript"]} <= {"seller", "buyer"}
-        assert r["transcript"][0]["speaker"] == r["opener"]
-        if r["deal"]:
-            assert r["seller_score"] == r["seller_utility"] and set(r["agreement"]) == {
-                t for t in r["transcript"][0]["action"]["offer"]}
+        assert FIELDS <= set(r.model_dump())
+        assert r.ended_by in ("accept", "walk_away", "deadline")
+        assert r.turns == len(r.transcript)
+        assert {t["speaker"] for t in r.transcript} <= {"seller", "buyer"}
+        assert r.transcript[0]["speaker"] == r.opener
+        if r.deal:
+            assert r.seller_score == r.seller_utility and set(r.agreement) == {
+                t for t in r.transcript[0]["action"]["offer"]}
     again = run(gp, sp, "scripted:linear", out, progress=False)
     assert (again.played, again.skipped) == (0, 32)
     assert read_records(out) == records
@@ -79,16 +79,16 @@ def test_error_records_carry_every_field_and_are_retried(setup, monkeypatch):
     monkeypatch.setattr(evaluate, "make_agent", flaky)
     report = run(gp, sp, "scripted:linear", out, progress=False)
     assert report.errors == 16
-    errored = [r for r in read_records(out) if r["ended_by"] == "error"]
+    errored = [r for r in read_records(out) if r.ended_by == "error"]
     assert len(errored) == 16
     for r in errored:
-        assert FIELDS <= set(r) and "buyer endpoint down" in r["error"]
-        assert r["deal"] is None and r["seller_score"] is None and r["turns"] is None
+        assert FIELDS <= set(r.model_dump()) and "buyer endpoint down" in r.error
+        assert r.deal is None and r.seller_score is None and r.turns is None
     monkeypatch.setattr(evaluate, "make_agent", real)
     report = run(gp, sp, "scripted:linear", out, progress=False)
     assert (report.played, report.errors) == (16, 0)
     records = read_records(out)
-    assert len(records) == 32 and not [r for r in records if r["ended_by"] == "error"]
+    assert len(records) == 32 and not [r for r in records if r.ended_by == "error"]
 
 
 def test_half_written_last_line_is_dropped_and_replayed(setup):
@@ -119,10 +119,55 @@ def test_later_records_supersede_and_sellers_share_a_file(setup):
     run(gp, sp, "scripted:boulware", out, progress=False)
     latest = read_latest(out)
     assert len(latest) == 64
-    record = dict(next(iter(latest.values())), seller_score=-1.0)
+    record = next(iter(latest.values())).model_copy(update={"seller_score": -1.0})
     with out.open("a") as fh:
-        fh.write(json.dumps(record) + "\n")
-    assert read_latest(out)[(record["seller"], record["cell_id"])]["seller_score"] == -1.0
+        fh.write(record.to_line() + "\n")
+    assert read_latest(out)[(record.seller, record.cell_id)].seller_score == -1.0
+
+
+
+def test_records_are_written_back_byte_for_byte_keeping_keys_this_version_does_not_know(setup):
+    sp, gp, out = setup
+    run(gp, sp, "scripted:linear", out, progress=False)
+    before = out.read_bytes()
+    assert all(isinstance(r, Record) for r in read_records(out))
+    compact(out)
+    assert out.read_bytes() == before  # a record's line is exactly json.dumps of its keys, in order
+    lines = out.read_text(encoding="utf-8").splitlines()
+    old = json.loads(lines[0])
+    del old["agents"]  # written before agents were recorded
+    old["from_a_newer_version"] = {"kept": ["é", 1.5]}
+    lines[0] = json.dumps(old, ensure_ascii=False)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    first = read_records(out)[0]
+    assert first.agents is None and first.from_a_newer_version == {"kept": ["é", 1.5]}
+    compact(out)
+    assert out.read_text(encoding="utf-8").splitlines() == lines  # nothing added, nothing lost
+
+
+def test_a_line_that_is_json_but_not_a_record_is_an_error_naming_it(setup):
+    sp, gp, out = setup
+    run(gp, sp, "scripted:linear", out, progress=False)
+    lines = out.read_text().splitlines(keepends=True)
+    lines[1] = json.dumps({**json.loads(lines[1]), "seed": "not a number"}) + "\n"
+    out.write_text("".join(lines))
+    with pytest.raises(ResultsError, match=r"results.jsonl:2: unreadable result record \(seed: "):
+        read_records(out)
+
+
+def test_load_results_takes_the_latest_of_every_file_and_refuses_missing_or_empty_ones(setup):
+    sp, gp, out = setup
+    run(gp, sp, "scripted:linear", out, progress=False)
+    other = out.with_name("other.jsonl")
+    run(gp, sp, "scripted:boulware", other, progress=False)
+    records = load_results([out, other])
+    assert len(records) == 64 and {r.seller for r in records} == {"scripted:linear", "scripted:boulware"}
+    with pytest.raises(ValueError, match="no such results file"):
+        load_results([out, out.with_name("nope.jsonl")])
+    empty = out.with_name("empty.jsonl")
+    empty.write_text("")
+    with pytest.raises(ValueError, match="hold no records"):
+        load_results([empty])
 
 
 def _cli(*args, **kw):
@@ -158,10 +203,10 @@ def test_killed_runs_resume_to_every_cell_exactly_once(tmp_path):
     assert interrupted >= 1, "no kill landed mid-run; the test proved nothing"
     assert _cli(*args, "--out", str(out)).returncode == 0
     records = read_records(out)
-    assert len(records) == len(cells) and len({r["cell_id"] for r in records}) == len(cells)
+    assert len(records) == len(cells) and len({r.cell_id for r in records}) == len(cells)
     # scripted agents are seeded per cell: the resumed run equals an uninterrupted one
-    ref = {r["cell_id"]: r for r in read_records(reference)}
-    mine = {r["cell_id"]: r for r in records}
+    ref = {r.cell_id: r for r in read_records(reference)}
+    mine = {r.cell_id: r for r in records}
     scripted_ids = [c.cell_id for c in cells if c.buyer.startswith("scripted:")]
     assert all(mine[c] == ref[c] for c in scripted_ids)
 

@@ -1,6 +1,6 @@
 import pytest
 
-from haggler.agents import SpecError, check_spec, make_agent
+from haggler.agents.registry import SpecError, check_spec, make_agent
 from haggler.agents.scripted import TimeDependentAgent
 from haggler.core.analysis import analyze
 from haggler.scenarios.generate import generate_scenarios

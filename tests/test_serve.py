@@ -17,7 +17,8 @@ pytest.importorskip("fastapi")
 
 from haggler.engine.backends.embedded import embedded_model_dir  # noqa: E402
 from haggler.engine.backends.openai_api import Endpoint  # noqa: E402
-from haggler.evaluation.runner import RunSettings, run  # noqa: E402
+from haggler.evaluation.runner import run  # noqa: E402
+from haggler.evaluation.settings import RunSettings  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
 from haggler.evaluation.results import read_records  # noqa: E402
@@ -68,14 +69,14 @@ def test_openai_buyer_on_a_real_server_against_a_local_seller(tmp_path, served_m
     sp, gp, out = tmp_path / "s.jsonl", tmp_path / "g.jsonl", tmp_path / "r.jsonl"
     write_scenarios(scenarios, sp)
     write_grid(make_grid([s.id for s in scenarios], [f"openai:{model}"], ["buyer"]), gp)
-    settings = RunSettings(endpoints={"default": Endpoint(base_url=base_url, timeout_s=120, max_retries=1)},
-                           api_max_tokens=32)
-    report = run(gp, sp, "hf:default", out, settings=settings, progress=False)
+    endpoints = {"default": Endpoint(base_url=base_url, timeout_s=120, max_retries=1)}
+    report = run(gp, sp, "hf:default", out, settings=RunSettings(api_max_tokens=32), progress=False,
+                 endpoints=endpoints)
     records = read_records(out)
     assert report.played == 4 and len(records) == 4
-    assert report.errors == 0, [r["error"] for r in records]
+    assert report.errors == 0, [r.error for r in records]
     for r in records:
-        assert r["agents"]["buyer"]["reported_model"] == model
-        assert r["agents"]["seller"]["backend"] == "hf"
-        buyer_turns = [t for t in r["transcript"] if t["speaker"] == "buyer"]
+        assert r.agents["buyer"]["reported_model"] == model
+        assert r.agents["seller"]["backend"] == "hf"
+        buyer_turns = [t for t in r.transcript if t["speaker"] == "buyer"]
         assert buyer_turns and all(t["text"] is not None for t in buyer_turns)

@@ -1,20 +1,18 @@
 """The imitation warm start: the loss sits on the teacher seller's tokens only, and its output is a model folder."""
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
-from haggler.agents import MODEL_MARKER  # noqa: E402
+from haggler.engine.card import read_card  # noqa: E402
 from haggler.training.sft import is_done, run_warm_start, warm_start_rows  # noqa: E402
 from haggler.training.config import load_config  # noqa: E402
 from haggler.agents.teacher import render_examples  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
-from haggler.training.grpo import prompt_settings  # noqa: E402
-from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
+from haggler.training.common import training_format  # noqa: E402
+from tests.conftest import mask_runs  # noqa: E402
 from tests.test_train import biased_tiny_model  # noqa: E402
 
 
@@ -28,21 +26,21 @@ def cfg_for(tmp_path, model_dir):
                  "per_device_train_batch_size": 2}})
 
 
-def test_labels_are_the_teachers_seller_tokens_only(tmp_path, tokenizer):  # noqa: F811
+def test_labels_are_the_teachers_seller_tokens_only(tmp_path, tokenizer):
     cfg = cfg_for(tmp_path, "default")
     rows = warm_start_rows(cfg, tokenizer)
     examples = render_examples(tokenizer, generate_scenarios(2, 11, max_turns=4), "scripted:linear",
-                               ["scripted:conceder"], prompt_settings(cfg), 11)
+                               ["scripted:conceder"], training_format(cfg), 11)
     assert len(rows) == len(examples) == 4
     for row, (game, tr) in zip(rows, examples):
         assert len(row["input_ids"]) == len(row["labels"]) == len(tr.prompt_ids) + len(tr.completion_ids)
         trained = [1 if x != -100 else 0 for x in row["labels"]]
-        spans = [tokenizer.decode(row["input_ids"][a:b]) for a, b in _runs(trained)]
+        spans = [tokenizer.decode(row["input_ids"][a:b]) for a, b in mask_runs(trained)]
         assert spans == [t for t in game.agents["seller"].generated_texts if t]
         assert all(row["labels"][i] == row["input_ids"][i] for i, m in enumerate(trained) if m)
 
 
-def test_warm_start_writes_a_model_folder_that_records_its_format(tmp_path, tokenizer):  # noqa: F811
+def test_warm_start_writes_a_model_folder_that_records_its_format(tmp_path, tokenizer):
     folder = tmp_path / "tiny"
     model = biased_tiny_model(tokenizer)
     model.save_pretrained(folder)
@@ -51,8 +49,9 @@ def test_warm_start_writes_a_model_folder_that_records_its_format(tmp_path, toke
     assert not is_done(cfg)
     out = run_warm_start(cfg, log=lambda _: None)
     assert is_done(cfg)
-    info = json.loads((out / MODEL_MARKER).read_text())
+    info = read_card(out)
     assert info["kind"] == "warm-start" and info["steps"] == 2 and info["prompt"]["message_tokens"] == 0
+    assert info["prompt"] == training_format(cfg).model_dump()  # the whole format, as resolved
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)
     changed = any(not torch.equal(a, b) for (_, a), (_, b) in zip(
         sorted(reloaded.state_dict().items()),
@@ -62,7 +61,7 @@ def test_warm_start_writes_a_model_folder_that_records_its_format(tmp_path, toke
     assert run_warm_start(cfg, log=lambda _: None) == out
 
 
-def test_a_warm_start_made_for_another_format_is_redone(tmp_path, tokenizer):  # noqa: F811
+def test_a_warm_start_made_for_another_format_is_redone(tmp_path, tokenizer):
     folder = tmp_path / "tiny"
     biased_tiny_model(tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

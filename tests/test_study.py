@@ -18,9 +18,8 @@ from haggler.evaluation.results import read_records  # noqa: E402
 from haggler.study.config import plan_arms
 from haggler.study.run import run_study  # noqa: E402
 from haggler.study.config import load_study  # noqa: E402
-from haggler.training.grpo import FINAL_MARKER  # noqa: E402
-from haggler.training.config import ConfigError  # noqa: E402
-from tests.test_llm import tokenizer  # noqa: E402,F401
+from haggler.engine.card import is_complete, read_card  # noqa: E402
+from haggler.core.config import ConfigError  # noqa: E402
 from tests.test_train import biased_tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +50,7 @@ bases:
 references: [{{name: linear, spec: "scripted:linear"}}]
 buyers: [{{spec: "scripted:tft", family: scripted}}, {{spec: "scripted:boulware", family: scripted}}]
 grid: {{n: 2, seed: 7, max_turns: 4, openers: [seller]}}
-evaluation: {{temperature: 1.0, message_tokens: 0, batch_size: 8}}
+evaluation: {{temperature: 1.0, prompt: {{message_tokens: 0}}, batch_size: 8}}
 margin: 0.05
 bootstrap: 200
 """)
@@ -63,11 +62,11 @@ def check_complete(study_path):
     arms, trainings = plan_arms(cfg)
     out = Path(cfg.output_dir)
     records = read_records(out / "results.jsonl")
-    keys = [(r["seller"], r["cell_id"]) for r in records]
+    keys = [(r.seller, r.cell_id) for r in records]
     assert len(keys) == len(set(keys)) == 3 * 4  # 3 arms x 2 scenarios x 2 buyers, each once
-    assert all(r["ended_by"] != "error" for r in records)
+    assert all(r.ended_by != "error" for r in records)
     for tc in trainings.values():
-        marker = json.loads((tc.final_model_dir() / FINAL_MARKER).read_text())
+        marker = read_card(tc.final_model_dir())
         assert marker["steps"] == 2
     summary = json.loads((out / "report" / "summary.json").read_text())
     assert set(summary["arms"]) == {"tiny", "tiny-rl-lr1e-3", "linear"}
@@ -103,7 +102,7 @@ def test_a_study_killed_during_training_resumes(tmp_path, tokenizer):  # noqa: F
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not (train_dir / "final" / FINAL_MARKER).exists()
+    assert not is_complete(train_dir / "final")
     lines = []
     run_study(load_study(path), log=lines.append, progress=False)
     check_complete(path)

@@ -11,17 +11,19 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
-from haggler.agents import AgentContext  # noqa: E402
+from haggler.agents.registry import AgentContext  # noqa: E402
 from haggler.evaluation.runner import run  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
 from haggler.core.scenario import write_scenarios  # noqa: E402
 from haggler.core.score import score  # noqa: E402
+from haggler.engine.card import read_card  # noqa: E402
 from haggler.training.grpo import (  # noqa: E402
-    FINAL_MARKER, NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks,
+    NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks,
 )
-from haggler.training.config import ConfigError, load_config  # noqa: E402
-from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
+from haggler.core.config import ConfigError  # noqa: E402
+from haggler.training.config import load_config  # noqa: E402
+from tests.conftest import mask_runs  # noqa: E402
 
 ANSWERS = (" 1", " 2", " 3", "1", "2", "3", "\n")  # what the biased tiny model says: action and option numbers
 
@@ -75,7 +77,7 @@ class Recorder(NegotiationRollout):
         return out
 
 
-def trainer_for(cfg, tokenizer, model, callbacks=None):  # noqa: F811
+def trainer_for(cfg, tokenizer, model, callbacks=None):
     tasks = training_tasks(cfg)
     rollout = Recorder(cfg, tasks)
     trainer = build_trainer(cfg, model, tokenizer, tasks, rollout=rollout, callbacks=callbacks)
@@ -99,7 +101,7 @@ def trainer_for(cfg, tokenizer, model, callbacks=None):  # noqa: F811
     return trainer, rollout, seen
 
 
-def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_two(tmp_path, tokenizer):  # noqa: F811
+def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_two(tmp_path, tokenizer):
     cfg = config(tmp_path)
     model = biased_tiny_model(tokenizer)
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -124,6 +126,17 @@ def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_t
     after = dict(model.named_parameters())
     assert any(not torch.equal(before[k], after[k].detach()) for k in before)
 
+    # the rollouts' figures reached TRL's log through its public log_metric, one rollout per step here
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 2
+    for call, h in zip(rollout.calls, logged):
+        out = call["out"]
+        assert h["negotiation/deal_rate"] == pytest.approx(sum(out["deal"]) / 8)
+        assert h["negotiation/seller_turns"] == pytest.approx(sum(out["seller_turns"]) / 8)
+        assert h["negotiation/invalid_action_rate"] == pytest.approx(sum(out["invalid_share"]) / 8)
+        assert h["negotiation/error_rate"] == 0 and h["rollout/seconds"] > 0 and h["rollout/sampled_tokens_per_s"] > 0
+    assert "tokens_per_s" not in logged[0] and logged[1]["tokens_per_s"] > 0  # measured from the second step on
+
     # the loss mask is exactly the seller's sampled tokens (TRL shuffles rows: match them by their tokens)
     for call, inputs in zip(rollout.calls, seen["loss_inputs"]):
         by_tokens = {tuple(c): (m, t) for c, m, t in zip(call["out"]["completion_ids"], call["out"]["env_mask"],
@@ -134,7 +147,7 @@ def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_t
         for n, m, ids in zip(lengths, loss_mask, inputs["completion_ids"].tolist()):
             env_mask, texts = by_tokens[tuple(ids[:n])]
             assert m[:n] == env_mask and not any(m[n:])
-            assert "".join(tokenizer.decode(ids[a:b]) for a, b in _runs(m)) == "".join(texts)
+            assert "".join(tokenizer.decode(ids[a:b]) for a, b in mask_runs(m)) == "".join(texts)
 
     out = Path(cfg.output_dir)
     assert (out / "checkpoint-2").is_dir() and latest_checkpoint(cfg.output_dir).endswith("checkpoint-2")
@@ -146,12 +159,12 @@ def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_t
     assert trainer3.state.global_step == 3 and len(rollout3.calls) == 1
     # the resumed weights are the checkpoint's, not the fresh model's
     final = save_final(trainer3, cfg3, "tiny")
-    marker = json.loads((final / FINAL_MARKER).read_text())
+    marker = read_card(final)
     assert marker["steps"] == 3 and marker["prompt"]["message_tokens"] == 0
     assert (final / "config.json").is_file() and list(final.glob("*.safetensors"))
 
 
-def test_equal_rewards_give_zero_advantage_and_no_update(tmp_path, tokenizer):  # noqa: F811
+def test_equal_rewards_give_zero_advantage_and_no_update(tmp_path, tokenizer):
     cfg = config(tmp_path, grpo={"max_steps": 1})
     model = biased_tiny_model(tokenizer, allowed=("x", "y"))  # never a number: every action invalid
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -162,7 +175,7 @@ def test_equal_rewards_give_zero_advantage_and_no_update(tmp_path, tokenizer):  
     assert all(torch.equal(before[k], v.detach()) for k, v in model.named_parameters())
 
 
-def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):  # noqa: F811
+def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):
     cfg = config(tmp_path, grpo={"max_steps": 1})
     trainer, _, _ = trainer_for(cfg, tokenizer, biased_tiny_model(tokenizer))
     trainer.train()
@@ -177,7 +190,7 @@ def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):  # noqa: F
     assert record["agents"]["seller"]["max_tokens"]["message"] == 0
 
 
-def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):  # noqa: F811
+def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):
     from haggler.engine.backends.hf import HFModel
     from haggler.training.grpo import _fill_errored_with_group_mean
 
@@ -209,7 +222,7 @@ def test_training_refuses_evaluation_scenarios(tmp_path):
     ("model: default\noutput_dir: x\ngrpo: {learning_rate: -1.0}\n", "grpo.learning_rate"),
     ("model: default\noutput_dir: x\ngrpo: {learnig_rate: 1.0e-5}\n", "grpo.learnig_rate: unknown key"),
     ("output_dir: x\n", "model: required key is missing"),
-    ("model: /no/such/model/folder\noutput_dir: x\n", "model: '/no/such/model/folder'"),
+    ("model: /no/such/model/folder\noutput_dir: x\n", "model: no model folder at /no/such/model/folder"),
     ("model: default\noutput_dir: x\nbuyers: [{spec: 'scripted:nobody'}]\n", "buyers"),
     ("model: default\noutput_dir: x\ngrpo: {num_generations: 3, per_device_train_batch_size: 8}\n", "num_generations"),
 ])
@@ -232,7 +245,7 @@ def test_overrides_reach_the_config(tmp_path):
         load_config(path, {"grpo.beta": -1})
 
 
-def test_lora_training_saves_a_merged_plain_model(tmp_path, tokenizer):  # noqa: F811
+def test_lora_training_saves_a_merged_plain_model(tmp_path, tokenizer):
     pytest.importorskip("peft")
     cfg = config(tmp_path, grpo={"max_steps": 1}, lora={"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]})
     base = biased_tiny_model(tokenizer)
@@ -242,4 +255,30 @@ def test_lora_training_saves_a_merged_plain_model(tmp_path, tokenizer):  # noqa:
     assert not (final / "adapter_config.json").exists()  # merged: an ordinary model folder
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(final)
     assert not any("lora" in name for name in reloaded.state_dict())
-    assert json.loads((final / FINAL_MARKER).read_text())["config"]["lora"]["r"] == 4
+    assert read_card(final)["config"]["lora"]["r"] == 4
+
+
+def test_a_seller_that_never_spoke_gives_its_first_prompt_and_one_masked_end_of_turn(tokenizer):
+    from haggler.agents.format.prompts import PromptSettings, observe, system_prompt_for
+    from haggler.agents.llm import HFAgent
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.engine.backends.hf import HFModel
+
+    s = generate_scenarios(1, 5, max_turns=4)[0]
+    settings = PromptSettings(message_tokens=0, action_tokens=3, slot_tokens=3)
+    model = HFModel("tiny", model=biased_tiny_model(tokenizer), tokenizer=tokenizer)
+    ended = Negotiation(s, ProtocolConfig(opener="buyer"))
+    ended.fail("the buyer could not be built")
+    idle = HFAgent(model, s, "seller", settings, 1.0, "hf:tiny")
+    tr = idle.final_trajectory(ended)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "system", "content": system_prompt_for(s, "seller", settings)},
+         {"role": "user", "content": observe(ended, "seller")}], add_generation_prompt=True, tokenize=True)
+    assert tr.prompt_ids == list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    assert (tr.completion_ids, tr.env_mask, tr.logprobs) == ([tokenizer.eos_token_id], [0], [0.0])
+    assert idle.trajectory is None and idle.sequence is None  # asking changed nothing
+    # an agent that spoke gives its own trajectory
+    played = Negotiation(s, ProtocolConfig(opener="seller"))
+    speaker = HFAgent(model, s, "seller", settings, 1.0, "hf:tiny")
+    speaker.respond(played)
+    assert speaker.final_trajectory(played) is speaker.trajectory and speaker.trajectory.env_mask

@@ -9,12 +9,12 @@ import pytest
 transformers = pytest.importorskip("transformers")
 
 from haggler.agents.llm import HFAgent  # noqa: E402
-from haggler.engine.backends.hf import Sequence  # noqa: E402
+from haggler.engine.interfaces import Sequence  # noqa: E402
 from haggler.engine.backends.vllm import VLLMModel, colocated_generate, server_generate  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.agents.format.prompts import PromptSettings  # noqa: E402
 from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
-from tests.test_llm import _runs, tokenizer  # noqa: E402,F401
+from tests.conftest import mask_runs  # noqa: E402
 
 
 @dataclass
@@ -91,4 +91,4 @@ def test_an_agent_plays_on_vllm_with_the_same_trajectory_rules(tokenizer, fake_v
     assert type(reply.action).__name__ == "WalkAway"
     tr = agent.trajectory
     assert len(tr.completion_ids) == len(tr.env_mask) == len(tr.logprobs)
-    assert [tokenizer.decode(tr.completion_ids[a:b]) for a, b in _runs(tr.env_mask)] == [" 3\n"]
+    assert [tokenizer.decode(tr.completion_ids[a:b]) for a, b in mask_runs(tr.env_mask)] == [" 3\n"]

@@ -10,16 +10,18 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from haggler.engine.backends.openai_api import ChatClient
 from haggler.agents.format.parse import parse_reply
 from haggler.agents.format.prompts import observe, system_prompt
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Reply, Side
+from haggler.engine.backends.openai_api import ChatClient
 
 
 @dataclass(frozen=True)
 class ChatRequest:
+    """One chat completion to run: an ``AsyncRequest``, which the rollout driver awaits concurrently."""
+
     client: ChatClient
     messages: list[dict[str, str]]
     temperature: float
@@ -30,6 +32,9 @@ class ChatRequest:
 
 
 class APIAgent:
+    """One side of one negotiation, played by an API model: a ``TurnTakingAgent`` whose turns ask one
+    ``ChatRequest`` each."""
+
     def __init__(self, client: ChatClient, scenario: Scenario, side: Side, temperature: float, max_tokens: int,
                  spec: str) -> None:
         self.client = client

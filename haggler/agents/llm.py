@@ -16,23 +16,12 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from haggler.engine.backends.hf import HFModel, Sample, Sequence
 from haggler.agents.format.parse import parse_reply, read_action_slot, read_slot
 from haggler.agents.format.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt_for
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    """What an LLM agent asks of its model: continue this sequence (the driver batches these)."""
-
-    model: HFModel
-    sequence: Sequence
-    max_new_tokens: int
-    temperature: float
-    stop_chars: str
+from haggler.engine.interfaces import Sample, Sampler, SampleRequest, Sequence
 
 
 @dataclass
@@ -82,7 +71,7 @@ def chat_frame(tokenizer: Any) -> ChatFrame:
 class HFAgent:
     """One side of one negotiation, played by a local model. ``turn`` is a generator of ``SampleRequest``s."""
 
-    def __init__(self, model: HFModel, scenario: Scenario, side: Side, settings: PromptSettings,
+    def __init__(self, model: Sampler, scenario: Scenario, side: Side, settings: PromptSettings,
                  temperature: float, spec: str) -> None:
         self.model = model
         self.tokenizer = model.tokenizer
@@ -117,21 +106,34 @@ class HFAgent:
         self.sequence.extend(ids)
         self.trajectory.add(ids, sampled=False)
 
+    def _first_prompt(self, negotiation: Negotiation) -> list[int]:
+        """The chat-templated system prompt and first user message, through the generation prompt."""
+        messages = [{"role": "system", "content": system_prompt_for(self.scenario, self.side, self.settings)},
+                    {"role": "user", "content": observe(negotiation, self.side)}]
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def final_trajectory(self, negotiation: Negotiation) -> Trajectory:
+        """What a trainer gets of this agent once ``negotiation`` is over: its trajectory, or, if it never
+        spoke (the other side ended it first), the prompt it would have read with one end-of-turn token
+        that it did not sample (nothing of its own to train on)."""
+        if self.trajectory is not None:
+            return self.trajectory
+        empty = Trajectory(prompt_ids=self._first_prompt(negotiation))
+        empty.add([self.tokenizer.eos_token_id], sampled=False)
+        return empty
+
     def _open_turn(self, negotiation: Negotiation) -> None:
-        user = observe(negotiation, self.side)
         if self.sequence is None:
-            messages = [{"role": "system", "content": system_prompt_for(self.scenario, self.side, self.settings)},
-                        {"role": "user", "content": user}]
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            ids = self._first_prompt(negotiation)
             self.sequence = Sequence(ids=list(ids))
             if self.sample_seed is not None:
-                import torch
+                import torch  # here: the agents stay importable without torch; a seeded agent has a local model
 
                 self.sequence.generator = torch.Generator(device=getattr(self.model, "device", "cpu")).manual_seed(self.sample_seed)
             self.trajectory = Trajectory(prompt_ids=list(ids))
         else:
-            self._env(self.frame.open_user + user + self.frame.after_user)
+            self._env(self.frame.open_user + observe(negotiation, self.side) + self.frame.after_user)
 
     def _sample(self, max_new: int, stop_chars: str, slot: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
         """Fill one slot ("reply", "message", "action" or "issue:K") with the model's own tokens."""

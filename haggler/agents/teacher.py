@@ -1,84 +1,120 @@
 """Imitation data for the warm start: scripted negotiators' seller turns in the LLM seller's exact tokens.
 
-A ``TeacherAgent`` is an ``HFAgent`` whose slots are filled not by sampling but with what a scripted
-negotiator decided (its message, its action, each issue's option), tokenized exactly as a rollout is:
-cue ids from the environment, then the continuation's ids, never re-tokenized across the boundary. Its
-trajectory therefore has the same prompt, cues, template tokens and mask as a real rollout; only the
-masked-in tokens differ, and they are the scripted seller's choices. Such examples are what supervised
-fine-tuning needs before GRPO (the loss on the seller's tokens only).
+The teacher is a sampler, not a special agent: a ``TeacherSampler`` answers each slot an ``HFAgent`` asks
+to have filled with the tokens of what a scripted negotiator decided (its message, its action, each
+issue's option), appended to the sequence exactly as a model's sample is. A ``TeacherAgent`` asks the
+scripted seller for its reply when a turn opens, queues that reply's slot texts on its sampler, and lets
+an ordinary ``HFAgent`` play the turn. Cue ids come from the environment and the continuation's ids are
+never re-tokenized across the boundary, so the trajectory has the same prompt, cues, template tokens and
+mask as a real rollout; only the masked-in tokens differ, and they are the scripted seller's choices.
+Such examples are what supervised fine-tuning needs before GRPO (the loss on the seller's tokens only).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from typing import Any
 
-from haggler.agents import make_agent
-from haggler.agents.llm import HFAgent, SampleRequest, Trajectory
-from haggler.engine.backends.hf import Sample
 from haggler.agents.format.parse import split_message
 from haggler.agents.format.prompts import PromptSettings
+from haggler.agents.llm import HFAgent, Trajectory
+from haggler.agents.registry import make_agent
 from haggler.core.protocol import Negotiation, ProtocolConfig
-from haggler.engine.rollout import Game, play_lockstep
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Offer, Reply
+from haggler.engine.interfaces import Sample, SampleRequest, Sequence
+from haggler.engine.rollout import Game, play_lockstep
+
+ACTION_WORDS = ("offer", "accept", "walk away")
 
 
-class _NoModel:
-    """Stands in for a model: a teacher never samples, but agents describe their model."""
+class TeacherSampler:
+    """The sampler of one negotiation's teacher seller: every continuation it gives was queued beforehand.
+
+    One per negotiation: its queue holds the slot texts of the turn in progress, in the order the agent
+    asks for them. A queued text is given whole, whatever the slot's token budget, and a whole free-form
+    reply ends on the end-of-turn token, as a model closes its turn.
+    """
 
     def __init__(self, tokenizer: Any, name: str) -> None:
         self.tokenizer = tokenizer
         self.name = name
+        self._queue: deque[Sample] = deque()
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "teacher", "model": self.name}
 
+    def queue(self, texts: list[str], end_turn: bool = False) -> None:
+        """The continuations of the next ``len(texts)`` slots; ``end_turn``: the last one closes the turn."""
+        if self._queue:
+            raise RuntimeError(f"teacher {self.name}: the previous turn left {len(self._queue)} slot(s) unasked")
+        for i, text in enumerate(texts):
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            last = end_turn and i == len(texts) - 1
+            if last:
+                ids = ids + [self.tokenizer.eos_token_id]
+            self._queue.append(Sample(ids=ids, logprobs=[0.0] * len(ids), stopped="eos" if last else "stop"))
 
-class TeacherAgent(HFAgent):
-    def __init__(self, tokenizer: Any, teacher_spec: str, scenario: Scenario, seed: int,
-                 settings: PromptSettings) -> None:
-        super().__init__(_NoModel(tokenizer, teacher_spec), scenario, "seller", settings, 1.0,
-                         f"teacher:{teacher_spec}")
-        self.teacher = make_agent(teacher_spec, scenario, "seller", seed)
-        self._reply: Reply | None = None
+    def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
+                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]:
+        """Append the next queued continuation to each sequence and return it (as a model's samples are)."""
+        out = []
+        for seq in seqs:
+            if not self._queue:
+                raise RuntimeError(f"teacher {self.name}: asked for a slot that no scripted reply filled")
+            sample = self._queue.popleft()
+            seq.extend(sample.ids)
+            out.append(sample)
+        return out
 
-    def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
-        self._reply = self.teacher.respond(negotiation)
-        return (yield from super().turn(negotiation))
 
-    def _slot_text(self, slot: str) -> str:
-        reply, s = self._reply, self.scenario
-        message = split_message(reply.text)
-        action = reply.action
-        word = "offer" if isinstance(action, Offer) else "accept" if isinstance(action, Accept) else "walk away"
-        if slot == "message":
-            return f" {message}\n"
-        if slot == "action":
-            if self.settings.numbered_actions:
-                return f" {1 + ('offer', 'accept', 'walk away').index(word)}\n"
-            return f" {word}\n"
-        if slot.startswith("issue:"):
-            k = int(slot.split(":")[1])
-            o = action.outcome[k]
-            return f" {o + 1}\n" if self.settings.numbered else f" {s.issues[k].options[o]}\n"
+def slot_texts(reply: Reply, scenario: Scenario, settings: PromptSettings) -> list[str]:
+    """A (valid) reply as the texts of the slots an ``HFAgent`` with ``settings`` asks for, in its order:
+    the message (if it has that slot), the action, one option per issue for an offer; or, cues off, the
+    whole reply."""
+    message = split_message(reply.text)
+    action = reply.action
+    word = "offer" if isinstance(action, Offer) else "accept" if isinstance(action, Accept) else "walk away"
+    if not settings.cues:
         lines = [f"Message: {message}", f"Action: {word}"]
         if isinstance(action, Offer):
-            lines += [f"{k}: {v}" for k, v in s.names_of(action.outcome).items()]
-        return "\n".join(lines)
+            lines += [f"{k}: {v}" for k, v in scenario.names_of(action.outcome).items()]
+        return ["\n".join(lines)]
+    texts = [f" {message}\n"] if settings.message_tokens > 0 else []
+    texts.append(f" {1 + ACTION_WORDS.index(word)}\n" if settings.numbered_actions else f" {word}\n")
+    if isinstance(action, Offer):
+        for k, o in enumerate(action.outcome):
+            texts.append(f" {o + 1}\n" if settings.numbered else f" {scenario.issues[k].options[o]}\n")
+    return texts
 
-    def _sample(self, max_new: int, stop_chars: str, slot: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
-        text = self._slot_text(slot)
-        ids = self._encode(text)
-        stopped = "stop"
-        if slot == "reply":  # a whole free-form reply ends the turn itself, on the end-of-turn token
-            ids = ids + [self.tokenizer.eos_token_id]
-            stopped = "eos"
-        self.sequence.extend(ids)
-        self.trajectory.add(ids, sampled=True, logprobs=[0.0] * len(ids))
-        self.generated_texts.append(self.tokenizer.decode(ids))
-        return text, Sample(ids=ids, logprobs=[0.0] * len(ids), stopped=stopped)
-        yield  # pragma: no cover - makes this a generator, like the method it replaces
+
+class TeacherAgent:
+    """The seller of one negotiation: a scripted negotiator's decisions, played through an ``HFAgent``."""
+
+    def __init__(self, tokenizer: Any, teacher_spec: str, scenario: Scenario, seed: int,
+                 settings: PromptSettings) -> None:
+        self.sampler = TeacherSampler(tokenizer, teacher_spec)
+        self.agent = HFAgent(self.sampler, scenario, "seller", settings, 1.0, f"teacher:{teacher_spec}")
+        self.teacher = make_agent(teacher_spec, scenario, "seller", seed)
+        self.spec = self.agent.spec
+
+    @property
+    def trajectory(self) -> Trajectory | None:
+        return self.agent.trajectory
+
+    @property
+    def generated_texts(self) -> list[str]:
+        return self.agent.generated_texts
+
+    def describe(self) -> dict[str, Any]:
+        return self.agent.describe()
+
+    def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
+        reply = self.teacher.respond(negotiation)  # decided when the turn opens, from what the seller sees
+        settings = self.agent.settings
+        self.sampler.queue(slot_texts(reply, self.agent.scenario, settings), end_turn=not settings.cues)
+        return (yield from self.agent.turn(negotiation))
 
 
 def render_examples(tokenizer: Any, scenarios: list[Scenario], teacher: str, buyers: list[str],

@@ -14,8 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from haggler.core.config import Strict, error_items
 from haggler.core.jsonl import write_lines_atomically
 from haggler.core.types import Outcome, Side
 
@@ -26,9 +27,7 @@ class ScenarioError(ValueError):
     """A scenario file or a scenario in it is malformed; the message says where and what."""
 
 
-class Issue(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Issue(Strict):
     name: str = Field(min_length=1)
     options: tuple[str, ...] = Field(min_length=1)
 
@@ -42,10 +41,8 @@ class Issue(BaseModel):
         return options
 
 
-class Preferences(BaseModel):
+class Preferences(Strict):
     """One side's private linear additive utility: u(o) = sum_i weights[i] * values[i][o_i]."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     weights: dict[str, float]
     values: dict[str, dict[str, float]]
@@ -72,9 +69,7 @@ class Preferences(BaseModel):
         return values
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Scenario(Strict):
     id: str = Field(min_length=1)
     context: str = Field(min_length=1, description="the product in plain words, e.g. 'a used 2019 hatchback'")
     issues: tuple[Issue, ...] = Field(min_length=1)
@@ -181,14 +176,6 @@ def fingerprint(scenario: Scenario) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _describe(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(scenario)"
-        parts.append(f"field {loc}: {e['msg']}")
-    return "; ".join(parts)
-
-
 def parse_scenario(data: Any, where: str) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{where}: a scenario must be a JSON object, got {type(data).__name__}")
@@ -196,7 +183,8 @@ def parse_scenario(data: Any, where: str) -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as err:
         sid = data.get("id", "<no id>")
-        raise ScenarioError(f"{where}: scenario {sid!r}: {_describe(err)}") from None
+        fields = "; ".join(f"field {key or '(scenario)'}: {msg}" for key, msg in error_items(err))
+        raise ScenarioError(f"{where}: scenario {sid!r}: {fields}") from None
 
 
 def iter_scenarios(path: str | Path) -> Iterator[Scenario]:

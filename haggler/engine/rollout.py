@@ -1,12 +1,12 @@
 """Many negotiations at once: local-model calls batched in lockstep, API calls concurrent.
 
-Scripted agents answer at once. A model-backed agent's turn is a generator that yields requests:
-``SampleRequest`` (a local model: continue this token sequence) or ``ChatRequest`` (an API: complete this
-chat). The driver advances every negotiation until it finishes or waits; hands local requests to their
-model, which decodes them in a worker thread so that the event loop keeps serving API calls meanwhile
-(``HFModel.submit``: they join its running batch, and each comes back as soon as it is done; a model
-without it gets all waiting requests in one batched call); and runs API requests concurrently (each
-endpoint has its own concurrency limit).
+Agents that only ``respond`` answer at once. A ``TurnTakingAgent``'s turn is a generator that yields
+requests: a ``SampleRequest`` (a local model: continue this token sequence) or an ``AsyncRequest`` (an API:
+complete this chat). The driver advances every negotiation until it finishes or waits; hands local
+requests to their model, which decodes them in a worker thread so that the event loop keeps serving API
+calls meanwhile (a ``BatchingSampler`` takes them through ``submit``: they join its running batch, and
+each comes back as soon as it is done; any other ``Sampler`` gets all waiting requests in one batched
+call); and runs API requests concurrently (each endpoint has its own concurrency limit).
 An agent or request that fails ends its negotiation as an error: recorded, never scored.
 """
 
@@ -14,20 +14,29 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from haggler.core.protocol import Negotiation
 from haggler.core.types import Reply
+from haggler.engine.interfaces import (
+    Agent,
+    AsyncRequest,
+    BatchingSampler,
+    Request,
+    RespondingAgent,
+    SampleRequest,
+    TurnTakingAgent,
+)
 
 
 @dataclass
 class Game:
     negotiation: Negotiation
-    agents: dict[str, Any]  # side -> agent
-    pending: Generator | None = None  # the turn in progress of a model-backed agent
-    request: Any = None  # what that turn waits for
+    agents: dict[str, Agent]  # side -> agent
+    pending: Generator[Request, Any, Reply] | None = None  # the turn in progress of a turn-taking agent
+    request: Request | None = None  # what that turn waits for
     in_flight: bool = False
 
 
@@ -55,7 +64,7 @@ def _advance(game: Game, answer: Any = None, error: BaseException | None = None)
                 except StopIteration as finished:
                     game.pending = game.request = None
                     reply: Reply = finished.value
-            elif hasattr(agent, "turn"):
+            elif isinstance(agent, TurnTakingAgent):
                 game.pending = agent.turn(neg)
                 try:
                     game.request = next(game.pending)
@@ -63,8 +72,10 @@ def _advance(game: Game, answer: Any = None, error: BaseException | None = None)
                 except StopIteration as finished:  # a turn that needed no model call
                     game.pending = game.request = None
                     reply = finished.value
-            else:
+            elif isinstance(agent, RespondingAgent):
                 reply = agent.respond(neg)
+            else:
+                raise TypeError(f"{type(agent).__name__} neither responds nor takes turns")
         except Exception as err:  # noqa: BLE001 - recorded as an error, never scored
             _fail(game, side, err)
             return
@@ -72,78 +83,86 @@ def _advance(game: Game, answer: Any = None, error: BaseException | None = None)
         neg.step(reply)
 
 
-def _batch_key(request: Any) -> tuple:
+def _batch_key(request: SampleRequest) -> tuple:
     return (id(request.model), request.temperature, request.stop_chars)
 
 
-async def play_async(source: Iterable[Game], on_finish: Callable[[Game], None] | None = None,
-                     max_active: int | None = None) -> None:
-    """Play every game from ``source``, at most ``max_active`` at a time (a sliding window: a finished
-    game's place goes to the next one at once, so one slow negotiation never holds up a whole batch)."""
-    pending_games = iter(source)
-    games: list[Game] = []
+class _Driver:
+    """The state of one ``play_async``: the games in play, the tasks that serve them, the busy models."""
 
-    def settle(game: Game) -> None:
-        if game.negotiation.done and on_finish is not None:
-            on_finish(game)
+    def __init__(self, source: Iterator[Game], on_finish: Callable[[Game], None] | None,
+                 max_active: int | None) -> None:
+        self.source = source
+        self.on_finish = on_finish
+        self.max_active = max_active
+        self.games: list[Game] = []
+        self.tasks: dict[asyncio.Future, tuple[bool, list[Game]]] = {}  # -> (is a local batch, the games it serves)
+        self.busy_models: set[int] = set()  # models without ``submit`` that are running a batched call
 
-    def refill() -> None:
-        games[:] = [g for g in games if not g.negotiation.done]
-        while max_active is None or len(games) < max_active:
-            game = next(pending_games, None)
+    def settle(self, game: Game) -> None:
+        if game.negotiation.done and self.on_finish is not None:
+            self.on_finish(game)
+
+    def refill(self) -> None:
+        """Drop finished games and start new ones up to ``max_active`` (a sliding window)."""
+        self.games[:] = [g for g in self.games if not g.negotiation.done]
+        while self.max_active is None or len(self.games) < self.max_active:
+            game = next(self.source, None)
             if game is None:
                 return
             if not game.negotiation.done:
                 _advance(game)
-            settle(game)
+            self.settle(game)
             if not game.negotiation.done:
-                games.append(game)
+                self.games.append(game)
 
-    refill()
-    tasks: dict[asyncio.Task, tuple[bool, list[Game]]] = {}  # task -> (is a local batch, the games it serves)
-    busy_models: set[int] = set()
-    while True:
-        # start every API request that is not yet running
-        for game in games:
-            if game.request is not None and not game.in_flight and hasattr(game.request, "run"):
+    def start_api_requests(self) -> None:
+        for game in self.games:
+            if isinstance(game.request, AsyncRequest) and not game.in_flight:
                 game.in_flight = True
-                tasks[asyncio.ensure_future(game.request.run())] = (False, [game])
-        # local requests: a model that batches continuously takes them at once (they join its running
-        # batch); any other gets one batched call at a time, with everything waiting on it
+                self.tasks[asyncio.ensure_future(game.request.run())] = (False, [game])
+
+    def start_local_requests(self) -> None:
+        """A model that batches continuously takes its requests at once (they join its running batch); any
+        other gets one batched call at a time, with everything waiting on it."""
         groups: dict[tuple, list[Game]] = defaultdict(list)
-        for game in games:
-            if game.request is not None and not game.in_flight and hasattr(game.request, "sequence"):
+        for game in self.games:
+            if isinstance(game.request, SampleRequest) and not game.in_flight:
                 groups[_batch_key(game.request)].append(game)
         for key, group in groups.items():
-            r = group[0].request
-            if hasattr(r.model, "submit"):
-                try:
-                    futures = r.model.submit([g.request.sequence for g in group],
-                                             [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
-                except Exception as err:  # noqa: BLE001 - a request the model refuses ends its games as errors
-                    for g in group:
-                        _advance(g, None, err)
-                        settle(g)
-                    continue
-                for g, future in zip(group, futures):
-                    g.in_flight = True
-                    tasks[asyncio.wrap_future(future)] = (False, [g])
-                continue
-            if key[0] in busy_models:
-                continue
-            busy_models.add(key[0])
-            for g in group:
-                g.in_flight = True
-            call = asyncio.to_thread(r.model.continue_batch, [g.request.sequence for g in group],
+            if isinstance(group[0].request.model, BatchingSampler):
+                self._submit(group)
+            elif key[0] not in self.busy_models:
+                self._call(key[0], group)
+
+    def _submit(self, group: list[Game]) -> None:
+        r = group[0].request
+        try:
+            futures = r.model.submit([g.request.sequence for g in group],
                                      [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
-            tasks[asyncio.ensure_future(call)] = (True, group)
-        if not tasks:
+        except Exception as err:  # noqa: BLE001 - a request the model refuses ends its games as errors
+            for g in group:
+                _advance(g, None, err)
+                self.settle(g)
             return
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for g, future in zip(group, futures):
+            g.in_flight = True
+            self.tasks[asyncio.wrap_future(future)] = (False, [g])
+
+    def _call(self, model_key: int, group: list[Game]) -> None:
+        r = group[0].request
+        self.busy_models.add(model_key)
+        for g in group:
+            g.in_flight = True
+        call = asyncio.to_thread(r.model.continue_batch, [g.request.sequence for g in group],
+                                 [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
+        self.tasks[asyncio.ensure_future(call)] = (True, group)
+
+    def answer(self, done: set[asyncio.Future]) -> None:
         for task in done:
-            batch, group = tasks.pop(task)
+            batch, group = self.tasks.pop(task)
             if batch:
-                busy_models.discard(id(group[0].request.model))
+                self.busy_models.discard(id(group[0].request.model))
             error = task.exception()
             if error is not None:
                 answers = [None] * len(group)
@@ -151,8 +170,25 @@ async def play_async(source: Iterable[Game], on_finish: Callable[[Game], None] |
                 answers = task.result() if batch else [task.result()]
             for game, answer in zip(group, answers):
                 _advance(game, answer, error)
-                settle(game)
-        refill()
+                self.settle(game)
+
+    async def run(self) -> None:
+        self.refill()
+        while True:
+            self.start_api_requests()
+            self.start_local_requests()
+            if not self.tasks:
+                return
+            done, _ = await asyncio.wait(self.tasks, return_when=asyncio.FIRST_COMPLETED)
+            self.answer(done)
+            self.refill()
+
+
+async def play_async(source: Iterable[Game], on_finish: Callable[[Game], None] | None = None,
+                     max_active: int | None = None) -> None:
+    """Play every game from ``source``, at most ``max_active`` at a time (a sliding window: a finished
+    game's place goes to the next one at once, so one slow negotiation never holds up a whole batch)."""
+    await _Driver(iter(source), on_finish, max_active).run()
 
 
 def play_lockstep(games: Iterable[Game], on_finish: Callable[[Game], None] | None = None,

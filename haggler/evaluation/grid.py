@@ -11,8 +11,9 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
+from haggler.core.config import Strict, error_items
 from haggler.core.jsonl import write_lines_atomically
 from haggler.core.types import Side
 
@@ -21,9 +22,7 @@ class GridError(ValueError):
     """A grid file or grid request that is malformed; the message says where and what."""
 
 
-class Cell(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Cell(Strict):
     cell_id: str = Field(min_length=1)
     scenario_id: str = Field(min_length=1)
     buyer: str = Field(min_length=1)
@@ -84,7 +83,7 @@ def load_grid(path: str | Path) -> list[Cell]:
             except json.JSONDecodeError as err:
                 raise GridError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
             except ValidationError as err:
-                fields = "; ".join(f"field {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+                fields = "; ".join(f"field {key}: {msg}" for key, msg in error_items(err))
                 raise GridError(f"{path}:{lineno}: {fields}") from None
             if cell.cell_id in seen:
                 raise GridError(f"{path}:{lineno}: cell id {cell.cell_id!r} appears more than once")

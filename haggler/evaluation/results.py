@@ -12,9 +12,50 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from haggler.core.jsonl import write_lines_atomically
 
-Record = dict[str, Any]
+
+class Record(BaseModel):
+    """One finished (or errored) negotiation, as one line of a results file.
+
+    Keys this version does not know (from older or newer files) are kept and written back, after the
+    known ones; keys a file does not hold (``agents``, absent before agents were recorded) are not added.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    cell_id: str
+    scenario_id: str
+    seller: str
+    buyer: str
+    opener: str
+    seed: int
+    deal: bool | None  # None when errored
+    agreement: dict[str, str] | None  # issue -> option name
+    ended_by: str  # accept | walk_away | deadline | error (a str: a newer file may know more endings)
+    walked_away_by: str | None
+    turns: int | None
+    seller_utility: float | None
+    buyer_utility: float | None
+    seller_score: float | None
+    seller_advantage: float | None
+    pareto_optimal: bool | None
+    nash_distance: float | None
+    individually_irrational: bool | None
+    invalid_actions: dict[str, int]  # side -> invalid actions
+    transcript: list[dict[str, Any]]
+    error: str | None
+    settings: dict[str, Any]  # RunSettings.to_json()
+    agents: dict[str, Any] | None = None  # side -> what ran there
+
+    def to_line(self) -> str:
+        """The record as one JSON line (no newline): exactly the bytes a dict of its keys would give."""
+        # Python-mode dump: values held as Any (settings, agents, transcript) go to json.dumps as they are
+        return json.dumps(self.model_dump(exclude_unset=True), ensure_ascii=False)
+
+
 Key = tuple[str, str]
 
 
@@ -23,7 +64,15 @@ class ResultsError(ValueError):
 
 
 def key_of(record: Record) -> Key:
-    return (record["seller"], record["cell_id"])
+    return (record.seller, record.cell_id)
+
+
+def _why(err: Exception) -> str:
+    if hasattr(err, "errors"):  # pydantic's ValidationError: the first problem, on one line
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "record"
+        return f"{where}: {first['msg']}"
+    return str(err)
 
 
 def read_records(path: str | Path) -> list[Record]:
@@ -38,12 +87,12 @@ def read_records(path: str | Path) -> list[Record]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-            key_of(record)
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            record = Record.model_validate(json.loads(line))
+        except (ValueError, TypeError) as err:  # bad JSON or not a record (pydantic's errors are ValueErrors)
             if i == last:  # no newline after it: the write was cut off
                 continue
-            raise ResultsError(f"{path}:{i + 1}: unreadable result record ({err}); fix or remove that line") from None
+            raise ResultsError(f"{path}:{i + 1}: unreadable result record ({_why(err)}); fix or remove that line") \
+                from None
         records.append(record)
     return records
 
@@ -59,10 +108,22 @@ def read_latest(path: str | Path) -> dict[Key, Record]:
     return latest(read_records(path))
 
 
+def load_results(paths: list[str | Path]) -> list[Record]:
+    """The latest record of each (seller, cell) of every file, in file order; every file must exist."""
+    records: list[Record] = []
+    for p in paths:
+        if not Path(p).exists():
+            raise ValueError(f"{p}: no such results file")
+        records.extend(read_latest(p).values())
+    if not records:
+        raise ValueError("the results files hold no records")
+    return records
+
+
 def compact(path: str | Path) -> dict[Key, Record]:
     """Rewrite the file so that it holds each key once (its latest record), atomically."""
     current = read_latest(path)
-    write_lines_atomically(path, (json.dumps(record, ensure_ascii=False) for record in current.values()))
+    write_lines_atomically(path, (record.to_line() for record in current.values()))
     return current
 
 
@@ -73,7 +134,7 @@ class Appender:
         self._fh = Path(path).open("a", encoding="utf-8")
 
     def write(self, record: Record) -> None:
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._fh.write(record.to_line() + "\n")
         self._fh.flush()
 
     def close(self) -> None:

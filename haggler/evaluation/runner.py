@@ -7,35 +7,20 @@ the end the file is compacted so that it holds each (seller, cell) exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from haggler import __version__
-from haggler.agents import AgentContext, check_spec, make_agent
+from haggler.agents.registry import AgentContext, check_spec, make_agent
 from haggler.evaluation.grid import Cell, GridError, load_grid
-from haggler.agents.format.prompts import PromptSettings
 from haggler.core.protocol import Negotiation, ProtocolConfig, transcript
+from haggler.engine.backends.openai_api import Endpoint
+from haggler.engine.interfaces import Describable, Releasable
 from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.results import Appender, Record, compact
 from haggler.core.scenario import Scenario, load_scenarios
-from haggler.core.score import NoDealScore, score
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    no_deal: NoDealScore = "reservation"
-    max_invalid: int = 3
-    temperature: float = 1.0  # for language-model agents
-    prompt: PromptSettings = field(default_factory=PromptSettings)
-    batch_size: int = 64  # negotiations in play at once (local models batch them; APIs serve them concurrently)
-    endpoints: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible endpoints by name
-    api_max_tokens: int = 300  # reply budget of API agents
-
-    def to_json(self) -> dict[str, Any]:
-        return {"no_deal": self.no_deal, "max_invalid": self.max_invalid, "temperature": self.temperature,
-                "prompt": asdict(self.prompt), "api_max_tokens": self.api_max_tokens, "haggler": __version__,
-                "endpoints": {n: asdict(e) for n, e in self.endpoints.items()}}
+from haggler.core.score import score
+from haggler.evaluation.settings import RunSettings
 
 
 def agent_seed(cell_seed: int, side: str) -> int:
@@ -45,41 +30,42 @@ def agent_seed(cell_seed: int, side: str) -> int:
 def describe_agent(agent: Any) -> dict[str, Any]:
     """What was run on a side: the spec, and for a model its name, temperature, token budgets and cues."""
     out = {"spec": agent.spec}
-    if hasattr(agent, "describe"):
+    if isinstance(agent, Describable):
         out.update(agent.describe())
     return out
 
 
-def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: RunSettings,
+def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: RunSettings, recorded: dict[str, Any],
                 agents: dict[str, Any] | None = None) -> Record:
+    """One finished negotiation as a results record; ``recorded`` is what it keeps of the run's settings."""
     figures = score(negotiation, settings.no_deal)
     errored = negotiation.ended_by == "error"
     agreement = negotiation.agreement
-    return {
-        "cell_id": cell.cell_id,
-        "scenario_id": cell.scenario_id,
-        "seller": seller,
-        "buyer": cell.buyer,
-        "opener": cell.opener,
-        "seed": cell.seed,
-        "deal": figures.deal,
-        "agreement": None if agreement is None else negotiation.scenario.names_of(agreement),
-        "ended_by": negotiation.ended_by,
-        "walked_away_by": negotiation.walked_away_by,
-        "turns": None if errored else len(negotiation.turns),
-        "seller_utility": figures.seller_utility,
-        "buyer_utility": figures.buyer_utility,
-        "seller_score": figures.seller_score,
-        "seller_advantage": figures.seller_advantage,
-        "pareto_optimal": figures.pareto_optimal,
-        "nash_distance": figures.nash_distance,
-        "individually_irrational": figures.individually_irrational,
-        "invalid_actions": dict(negotiation.invalid),
-        "transcript": transcript(negotiation),
-        "error": negotiation.error,
-        "settings": settings.to_json(),
-        "agents": agents or {},
-    }
+    return Record(
+        cell_id=cell.cell_id,
+        scenario_id=cell.scenario_id,
+        seller=seller,
+        buyer=cell.buyer,
+        opener=cell.opener,
+        seed=cell.seed,
+        deal=figures.deal,
+        agreement=None if agreement is None else negotiation.scenario.names_of(agreement),
+        ended_by=negotiation.ended_by,
+        walked_away_by=negotiation.walked_away_by,
+        turns=None if errored else len(negotiation.turns),
+        seller_utility=figures.seller_utility,
+        buyer_utility=figures.buyer_utility,
+        seller_score=figures.seller_score,
+        seller_advantage=figures.seller_advantage,
+        pareto_optimal=figures.pareto_optimal,
+        nash_distance=figures.nash_distance,
+        individually_irrational=figures.individually_irrational,
+        invalid_actions=dict(negotiation.invalid),
+        transcript=transcript(negotiation),
+        error=negotiation.error,
+        settings=recorded,
+        agents=agents or {},
+    )
 
 
 def start_game(cell: Cell, scenario: Scenario, seller: str, settings: RunSettings, context: AgentContext) -> Game:
@@ -95,9 +81,9 @@ def start_game(cell: Cell, scenario: Scenario, seller: str, settings: RunSetting
     return Game(negotiation, agents)
 
 
-def finish_record(cell: Cell, seller: str, game: Game, settings: RunSettings) -> Record:
+def finish_record(cell: Cell, seller: str, game: Game, settings: RunSettings, recorded: dict[str, Any]) -> Record:
     described = {side: describe_agent(a) for side, a in game.agents.items()}
-    return make_record(cell, seller, game.negotiation, settings, described)
+    return make_record(cell, seller, game.negotiation, settings, recorded, described)
 
 
 @dataclass(frozen=True)
@@ -112,7 +98,7 @@ def pending_cells(cells: list[Cell], seller: str, existing: dict[tuple[str, str]
     todo = []
     for cell in cells:
         done = existing.get((seller, cell.cell_id))
-        if done is None or done.get("ended_by") == "error":
+        if done is None or done.ended_by == "error":
             todo.append(cell)
     return todo
 
@@ -125,21 +111,26 @@ def run(
     settings: RunSettings | None = None,
     progress: bool = True,
     on_record: Callable[[Record], None] | None = None,
+    endpoints: dict[str, Endpoint] | None = None,
 ) -> RunReport:
+    """Play the cells of the grid this seller has not finished; every agent spec is checked (a model folder
+    that is not there, an unknown endpoint) before any cell is played."""
     settings = settings or RunSettings()
-    check_spec(seller, settings.endpoints)
+    endpoints = endpoints or {}
+    check_spec(seller, endpoints)
     cells = load_grid(grid_path)
     scenarios = load_scenarios(scenarios_path)
     missing = sorted({c.scenario_id for c in cells} - set(scenarios))
     if missing:
         raise GridError(f"{grid_path}: cells name scenarios not in {scenarios_path}: {missing[:5]}")
     for buyer in sorted({c.buyer for c in cells}):
-        check_spec(buyer, settings.endpoints)
+        check_spec(buyer, endpoints)
 
     existing = compact(out_path)  # also drops a half-written line left by a killed run
     todo = pending_cells(cells, seller, existing)
-    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=settings.endpoints,
+    context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=endpoints,
                            api_max_tokens=settings.api_max_tokens)
+    recorded = settings.to_json(endpoints)  # what every record keeps of the run's settings
     errors = 0
     bar: Any = None
     if progress:
@@ -157,10 +148,11 @@ def run(
 
         def finished(game: Game) -> None:
             nonlocal errors
-            record = finish_record(cell_of.pop(id(game)), seller, game, settings)
-            errors += record["ended_by"] == "error"
+            record = finish_record(cell_of.pop(id(game)), seller, game, settings, recorded)
+            errors += record.ended_by == "error"
             for agent in game.agents.values():
-                getattr(agent, "release", lambda: None)()  # a finished negotiation's cache is not needed
+                if isinstance(agent, Releasable):  # a finished negotiation's cache is not needed
+                    agent.release()
             out.write(record)
             if on_record is not None:
                 on_record(record)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from statistics import fmean
 
+from haggler.evaluation.figures import fmt, mean
 from haggler.evaluation.results import Record
 
 
@@ -22,37 +22,29 @@ class SummaryRow:
     invalid_per_negotiation: dict[str, float | None]
 
 
-def _mean(values: list[float]) -> float | None:
-    return fmean(values) if values else None
-
-
 def summarize(records: list[Record]) -> list[SummaryRow]:
     groups: dict[tuple[str, str], list[Record]] = defaultdict(list)
     for r in records:
-        groups[(r["seller"], r["buyer"])].append(r)
+        groups[(r.seller, r.buyer)].append(r)
     rows = []
     for (seller, buyer), recs in sorted(groups.items()):
-        ok = [r for r in recs if r["ended_by"] != "error"]
+        ok = [r for r in recs if r.ended_by != "error"]
         rows.append(
             SummaryRow(
                 seller=seller,
                 buyer=buyer,
                 negotiations=len(ok),
                 errors=len(recs) - len(ok),
-                deal_rate=_mean([float(r["deal"]) for r in ok]),
-                mean_seller_score=_mean([r["seller_score"] for r in ok]),
-                mean_buyer_utility=_mean([r["buyer_utility"] for r in ok]),
-                pareto_rate=_mean([float(bool(r["pareto_optimal"])) for r in ok]),
+                deal_rate=mean([float(r.deal) for r in ok]),
+                mean_seller_score=mean([r.seller_score for r in ok]),
+                mean_buyer_utility=mean([r.buyer_utility for r in ok]),
+                pareto_rate=mean([float(bool(r.pareto_optimal)) for r in ok]),
                 invalid_per_negotiation={
-                    side: _mean([float(r["invalid_actions"][side]) for r in ok]) for side in ("seller", "buyer")
+                    side: mean([float(r.invalid_actions[side]) for r in ok]) for side in ("seller", "buyer")
                 },
             )
         )
     return rows
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def render(rows: list[SummaryRow], title: str = "haggler summary") -> None:
@@ -65,8 +57,8 @@ def render(rows: list[SummaryRow], title: str = "haggler summary") -> None:
         table.add_column(col, justify="left" if col in ("seller", "buyer") else "right")
     for r in rows:
         table.add_row(
-            r.seller, r.buyer, str(r.negotiations), str(r.errors), _fmt(r.deal_rate), _fmt(r.mean_seller_score),
-            _fmt(r.mean_buyer_utility), _fmt(r.pareto_rate), _fmt(r.invalid_per_negotiation["seller"], 2),
-            _fmt(r.invalid_per_negotiation["buyer"], 2),
+            r.seller, r.buyer, str(r.negotiations), str(r.errors), fmt(r.deal_rate), fmt(r.mean_seller_score),
+            fmt(r.mean_buyer_utility), fmt(r.pareto_rate), fmt(r.invalid_per_negotiation["seller"], 2),
+            fmt(r.invalid_per_negotiation["buyer"], 2),
         )
     Console(width=160).print(table)

@@ -7,7 +7,7 @@ from pathlib import Path
 from haggler.evaluation.runner import run
 from haggler.scenarios.generate import generate_scenarios
 from haggler.evaluation.grid import make_grid, write_grid
-from haggler.evaluation.results import latest, read_records
+from haggler.evaluation.results import load_results
 from haggler.core.scenario import write_scenarios
 from haggler.evaluation.summary import render, summarize
 
@@ -24,7 +24,7 @@ def scripted_tournament(out: Path, n_scenarios: int = 24, seed: int = 2026) -> P
     write_grid(make_grid([s.id for s in scenarios], BUYERS, ("seller", "buyer")), grid_path)
     for seller in SELLERS:
         run(grid_path, scenarios_path, seller, results_path, progress=False)
-    render(summarize(list(latest(read_records(results_path)).values())),
+    render(summarize(load_results([results_path])),
            title=f"scripted tournament: {n_scenarios} scenarios, both openers")
     print(f"results: {results_path}  (haggler summary {results_path})")
     return results_path

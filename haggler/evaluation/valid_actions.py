@@ -11,7 +11,7 @@ import collections
 import time
 from typing import Any
 
-from haggler.agents import AgentContext, make_agent
+from haggler.agents.registry import AgentContext, make_agent
 from haggler.scenarios.generate import generate_scenarios
 from haggler.agents.format.prompts import PromptSettings
 from haggler.core.protocol import Negotiation, ProtocolConfig

@@ -10,24 +10,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from haggler.agents.format.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
-from haggler.training.config import ConfigError, TrainConfig, _describe, load_config, read_yaml
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+from haggler.agents.registry import SpecError, check_spec
+from haggler.core.config import Strict, read_yaml, validate
+from haggler.evaluation.settings import RunSettings
+from haggler.training.config import TrainConfig, load_config
 
 
-class RLArm(_Strict):
+class RLArm(Strict):
     learning_rate: float = Field(gt=0)
     max_steps: int | None = Field(None, ge=1)  # default: the training config's
     seeds: list[int] = Field([0], min_length=1)
     label: str | None = None  # default: "<base>-rl-lr<rate>"
 
 
-class BaseArm(_Strict):
+class BaseArm(Strict):
     name: str = Field(min_length=1)  # e.g. "gemma4-e4b"; arms are named after it
     model: str = Field(min_length=1)  # hf: model (a Hugging Face id, a folder, or "default")
     size: float | None = Field(None, gt=0)  # in billions of parameters, for the gain-versus-size plot
@@ -36,17 +34,17 @@ class BaseArm(_Strict):
     rl: list[RLArm] = []
 
 
-class Reference(_Strict):
+class Reference(Strict):
     name: str = Field(min_length=1)
     spec: str = Field(min_length=1)  # any seller spec: openai:MODEL@ENDPOINT, scripted:..., hf:...
 
 
-class EvalBuyer(_Strict):
+class EvalBuyer(Strict):
     spec: str = Field(min_length=1)
     family: str = Field(min_length=1)  # the model family, to see a gain that sits on a family
 
 
-class GridConfig(_Strict):
+class GridConfig(Strict):
     scenarios: str | None = None  # a scenarios JSONL; else generated with n / seed / max_turns
     n: int = Field(24, ge=1)
     seed: int = 7
@@ -56,19 +54,7 @@ class GridConfig(_Strict):
     grid_seed: int = 0
 
 
-class EvalSettings(_Strict):
-    temperature: float = Field(0.7, ge=0)
-    no_deal: Literal["reservation", "zero"] = "reservation"
-    max_invalid: int = Field(3, ge=1)
-    batch_size: int = Field(32, ge=1)
-    api_max_tokens: int = Field(300, ge=1)
-    cues: bool = True
-    slots: Literal[SLOT_STYLES] = PromptSettings.slots  # type: ignore[valid-type]
-    actions: Literal[ACTION_STYLES] = PromptSettings.actions  # type: ignore[valid-type]
-    message_tokens: int = Field(40, ge=0)
-
-
-class StudyConfig(_Strict):
+class StudyConfig(Strict):
     name: str = Field(min_length=1)
     output_dir: str
     training: str  # a training config (YAML); each RL arm overrides model, learning rate, steps, seed
@@ -77,15 +63,13 @@ class StudyConfig(_Strict):
     references: list[Reference] = []
     buyers: list[EvalBuyer] = Field(min_length=2)
     grid: GridConfig = GridConfig()
-    evaluation: EvalSettings = EvalSettings()
+    evaluation: RunSettings = RunSettings()  # as haggler run's flags; prompt fields left out: each model's card
     margin: float = Field(0.02, gt=0)  # equivalence margin on the seller score
     bootstrap: int = Field(4000, ge=200)
     endpoints: str | None = None
 
     @model_validator(mode="after")
     def _checks(self) -> StudyConfig:
-        from haggler.agents import SpecError, check_spec
-
         names = [b.name for b in self.bases] + [r.name for r in self.references]
         if len(set(names)) != len(names):
             raise ValueError(f"bases and references: names must be unique, got {names}")
@@ -102,14 +86,7 @@ class StudyConfig(_Strict):
 
 def load_study(path: str | Path) -> StudyConfig:
     p = Path(path)
-    data = read_yaml(p)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    try:
-        cfg = StudyConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_describe(err, str(path))) from None
-    return _relative_to(cfg, p.parent)
+    return _relative_to(validate(StudyConfig, read_yaml(p), str(path)), p.parent)
 
 
 def _relative_to(cfg: StudyConfig, folder: Path) -> StudyConfig:

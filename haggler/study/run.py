@@ -16,16 +16,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from haggler.core.scenario import load_scenarios, write_scenarios
+from haggler.engine.backends.openai_api import Endpoint, load_endpoints
+from haggler.engine.card import is_complete
+from haggler.evaluation.grid import make_grid, write_grid
+from haggler.evaluation.runner import run
+from haggler.scenarios.generate import generate_scenarios
 from haggler.study.config import RLArm, StudyConfig, arm_training_config, plan_arms, scenarios_path, study_dir
+from haggler.study.report import build_report
+from haggler.training.recipe import run_training
+from haggler.training.sft import run_warm_start
 
 
 def write_evaluation_set(cfg: StudyConfig) -> tuple[Path, Path]:
-    from haggler.scenarios.generate import generate_scenarios
-    from haggler.evaluation.grid import make_grid, write_grid
-    from haggler.core.scenario import load_scenarios, write_scenarios
-
     out = study_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     scen = scenarios_path(cfg)
@@ -39,32 +43,15 @@ def write_evaluation_set(cfg: StudyConfig) -> tuple[Path, Path]:
     return scen, grid
 
 
-def run_settings(cfg: StudyConfig) -> Any:
-    from haggler.evaluation.runner import RunSettings
-    from haggler.agents.format.prompts import PromptSettings
-
-    e = cfg.evaluation
-    endpoints = {}
-    if cfg.endpoints:
-        from haggler.engine.backends.openai_api import load_endpoints
-
-        endpoints = load_endpoints(cfg.endpoints)
-    prompt = PromptSettings(cues=e.cues, slots=e.slots, actions=e.actions, message_tokens=e.message_tokens)
-    return RunSettings(no_deal=e.no_deal, max_invalid=e.max_invalid, temperature=e.temperature, prompt=prompt,
-                       batch_size=e.batch_size, endpoints=endpoints, api_max_tokens=e.api_max_tokens)
+def study_endpoints(cfg: StudyConfig) -> dict[str, Endpoint]:
+    return load_endpoints(cfg.endpoints) if cfg.endpoints else {}
 
 
-def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[str], None] = print,
-              progress: bool = True) -> Path:
-    from haggler.evaluation.runner import run
-    from haggler.training.grpo import FINAL_MARKER, run_training
-
-    out = study_dir(cfg)
-    scen, grid = write_evaluation_set(cfg)
-    arms, trainings = plan_arms(cfg)
-    (out / "arms.json").write_text(json.dumps([a.to_json() for a in arms], indent=2) + "\n")
+def train_arms(cfg: StudyConfig, log: Callable[[str], None]) -> None:
+    """Every RL arm (a finished one is skipped, a killed one resumes), and each warm-started base."""
+    _, trainings = plan_arms(cfg)
     for i, (train_dir, tc) in enumerate(trainings.items(), start=1):
-        if (tc.final_model_dir() / FINAL_MARKER).is_file():
+        if is_complete(tc.final_model_dir()):
             log(f"[train {i}/{len(trainings)}] {train_dir}: done")
             continue
         log(f"[train {i}/{len(trainings)}] {train_dir}: model {tc.model}, lr {tc.grpo.learning_rate}, "
@@ -73,21 +60,26 @@ def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[st
     # a base that is the warm-started model: make sure it exists even without RL arms
     for b in cfg.bases:
         if b.warm_start and not b.rl:
-            from haggler.training.sft import run_warm_start
-
             run_warm_start(arm_training_config(cfg, b.name, b.model, RLArm(learning_rate=1e-6), 0), log=log)
+
+
+def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[str], None] = print,
+              progress: bool = True) -> Path:
+    out = study_dir(cfg)
+    scen, grid = write_evaluation_set(cfg)
+    arms, _ = plan_arms(cfg)
+    (out / "arms.json").write_text(json.dumps([a.to_json() for a in arms], indent=2) + "\n")
+    train_arms(cfg, log)
     results = out / "results.jsonl"
-    settings = run_settings(cfg)
+    endpoints = study_endpoints(cfg)
     seen: set[str] = set()
     for arm in arms:
         if arm.spec in seen:
             continue
         seen.add(arm.spec)
         log(f"[evaluate] {arm.name}{f' (seed {arm.seed})' if arm.seed is not None else ''}: {arm.spec}")
-        report = run(grid, scen, arm.spec, results, settings=settings, progress=progress)
+        report = run(grid, scen, arm.spec, results, settings=cfg.evaluation, progress=progress, endpoints=endpoints)
         log(f"  {report.played} played, {report.skipped} already done, {report.errors} errors")
-    from haggler.study.report.build import build_report
-
     report_dir = out / "report"
     build_report([results], report_dir, study=cfg, arms=arms, study_path=study_path)
     log(f"report: {report_dir / 'report.html'} (and report.md, summary.json, tables/, plots/)")

@@ -2,6 +2,8 @@
 
 Only pydantic and PyYAML are imported here, so a misspelt key, a negative learning rate or a missing
 model is reported within a second, naming the key, before torch, transformers or TRL are imported.
+The prompt format is haggler's one ``PromptSettings``: what the config leaves out comes from the model's
+card (the embedded model's is the format it was measured in), and a trained model's card records it.
 """
 
 from __future__ import annotations
@@ -9,31 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from haggler.agents.format.prompts import ACTION_STYLES, SLOT_STYLES, PromptSettings
-
-
-class ConfigError(ValueError):
-    """A training config that cannot be run; the message names the file and the key."""
+from haggler.agents.format.prompts import PromptSettings
+from haggler.agents.registry import SpecError, check_spec
+from haggler.core.config import ConfigError, Strict, read_yaml, set_key, validate
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PromptConfig(_Strict):
-    cues: bool = True
-    slots: Literal[SLOT_STYLES] = PromptSettings.slots  # type: ignore[valid-type]
-    actions: Literal[ACTION_STYLES] = PromptSettings.actions  # type: ignore[valid-type]
-    message_tokens: int = Field(0, ge=0)
-    action_tokens: int = Field(6, ge=1)
-    slot_tokens: int = Field(12, ge=1)
-    reply_tokens: int = Field(160, ge=1)
-
-
-class ScenarioSource(_Strict):
+class ScenarioSource(Strict):
     """Training scenarios: generated with their own seed, or read from a file (not an evaluation grid's)."""
 
     n: int = Field(64, ge=1)
@@ -42,12 +27,12 @@ class ScenarioSource(_Strict):
     file: str | None = None  # a scenarios JSONL instead of generating
 
 
-class BuyerEntry(_Strict):
+class BuyerEntry(Strict):
     spec: str
     weight: float = Field(1.0, gt=0)
 
 
-class WarmStartConfig(_Strict):
+class WarmStartConfig(Strict):
     """Imitation before RL: scripted sellers' negotiations rendered in the model's own action format."""
 
     teacher: str = "scripted:linear"
@@ -62,14 +47,14 @@ class WarmStartConfig(_Strict):
     output_dir: str | None = None  # default: <output_dir>/warm-start
 
 
-class LoraConfig(_Strict):
+class LoraConfig(Strict):
     r: int = Field(16, ge=1)
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: str | list[str] = "all-linear"
 
 
-class GRPOSettings(_Strict):
+class GRPOSettings(Strict):
     """What reaches TRL's GRPOConfig (names as TRL spells them)."""
 
     learning_rate: float = Field(1e-6, gt=0)
@@ -107,7 +92,7 @@ class GRPOSettings(_Strict):
         return self
 
 
-class TrainConfig(_Strict):
+class TrainConfig(Strict):
     model: str  # "default" (the embedded SmolLM2), a local folder or a Hugging Face id
     output_dir: str
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -120,7 +105,7 @@ class TrainConfig(_Strict):
     max_invalid: int = Field(3, ge=1)
     no_deal: Literal["reservation", "zero"] = "reservation"
     format_penalty: float = Field(0.0, ge=0)  # subtracted per invalid seller action share
-    prompt: PromptConfig = PromptConfig()
+    prompt: PromptSettings = PromptSettings()  # fields left out: the model card's
     warm_start: WarmStartConfig | None = None
     lora: LoraConfig | None = None
     grpo: GRPOSettings = GRPOSettings()
@@ -129,8 +114,6 @@ class TrainConfig(_Strict):
     def _names(self) -> TrainConfig:
         if not self.model.strip():
             raise ValueError("model: empty; give 'default', a model folder or a Hugging Face id")
-        from haggler.agents import SpecError, check_spec
-
         for b in self.buyers:
             try:
                 check_spec(b.spec)
@@ -149,43 +132,6 @@ class TrainConfig(_Strict):
         return Path(self.output_dir) / "final"
 
 
-def _describe(err: ValidationError, where: str) -> str:
-    lines = []
-    for e in err.errors():
-        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"].removeprefix("Value error, ")
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif e["type"] == "missing":
-            msg = "required key is missing"
-        lines.append(f"{where}: {key}: {msg}")
-    return "\n".join(lines)
-
-
-def set_key(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Apply one override, e.g. ``grpo.learning_rate=3e-6`` (the value is read as YAML)."""
-    node = data
-    parts = dotted.split(".")
-    for p in parts[:-1]:
-        if node.get(p) is None:
-            node[p] = {}
-        if not isinstance(node[p], dict):
-            raise ConfigError(f"override {dotted}: {p} is not a section")
-        node = node[p]
-    node[parts[-1]] = value
-
-
-def read_yaml(path: str | Path) -> Any:
-    """A YAML file's content; a missing file or bad YAML is a ConfigError naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: no such file")
-    try:
-        return yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-
-
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 data: dict[str, Any] | None = None) -> TrainConfig:
     """Read a config file (or ``data``), apply dotted-key overrides, validate. Errors name file and key."""
@@ -199,10 +145,7 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
     data = _deep_copy(data)
     for key, value in (overrides or {}).items():
         set_key(data, key, value)
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_describe(err, where)) from None
+    return validate(TrainConfig, data, where)
 
 
 def _deep_copy(x: Any) -> Any:
@@ -211,28 +154,3 @@ def _deep_copy(x: Any) -> Any:
     if isinstance(x, list):
         return [_deep_copy(v) for v in x]
     return x
-
-
-def check_model_source(name: str, key: str = "model") -> None:
-    """Fail fast on a model that cannot load: a folder that is not there, or not a model folder.
-
-    A Hugging Face id (``org/name``) cannot be checked without the network, except offline, where it
-    must already be in the local cache.
-    """
-    import os
-
-    if name == "default":
-        return
-    path = Path(name).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ConfigError(f"{key}: {name!r} is a folder without config.json, not a model folder")
-        return
-    looks_like_hub_id = name.count("/") == 1 and not name.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
-        raise ConfigError(f"{key}: {name!r}: no such model folder (and not a Hugging Face id like org/name)")
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache(name, "config.json"), str):
-            raise ConfigError(f"{key}: {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -23,18 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from haggler.agents import MODEL_MARKER, AgentContext, make_agent
 from haggler.agents.llm import HFAgent
-from haggler.scenarios.generate import generate_scenarios
-from haggler.agents.format.prompts import PromptSettings, observe, system_prompt_for
+from haggler.agents.registry import AgentContext, make_agent
 from haggler.core.protocol import Negotiation, ProtocolConfig
-from haggler.engine.rollout import Game, play_lockstep
-from haggler.core.scenario import Scenario, fingerprint, load_scenarios
+from haggler.core.scenario import Scenario
 from haggler.core.score import score
-from haggler.training.config import ConfigError, TrainConfig
 from haggler.core.types import Invalid, Side
-
-FINAL_MARKER = MODEL_MARKER  # written last into the final model folder: its presence means complete
+from haggler.engine.backends.openai_api import load_endpoints
+from haggler.engine.backends.vllm import VLLMModel
+from haggler.engine.card import clear_card, write_card
+from haggler.engine.rollout import Game, play_lockstep
+from haggler.evaluation.figures import mean
+from haggler.training.common import training_format, training_scenarios
+from haggler.training.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -44,31 +46,6 @@ class Task:
     buyer: str
     buyer_seed: int
     opener: Side
-
-
-def prompt_settings(cfg: TrainConfig) -> PromptSettings:
-    return PromptSettings(**cfg.prompt.model_dump())
-
-
-def excluded_fingerprints(paths: list[str]) -> set[str]:
-    out: set[str] = set()
-    for p in paths:
-        out |= {fingerprint(s) for s in load_scenarios(p).values()}
-    return out
-
-
-def training_scenarios(cfg: TrainConfig) -> list[Scenario]:
-    src = cfg.scenarios
-    if src.file:
-        scenarios = list(load_scenarios(src.file).values())
-    else:
-        scenarios = generate_scenarios(src.n, src.seed, max_turns=src.max_turns)
-    banned = excluded_fingerprints(cfg.exclude_scenarios)
-    clash = [s.id for s in scenarios if fingerprint(s) in banned]
-    if clash:
-        raise ConfigError(f"scenarios: {len(clash)} training scenario(s) also appear in exclude_scenarios "
-                          f"(an evaluation set), e.g. {clash[:3]}; use another scenarios.seed or file")
-    return scenarios
 
 
 def training_tasks(cfg: TrainConfig) -> list[Task]:
@@ -89,20 +66,21 @@ def _seller_turns(neg: Negotiation) -> list[Any]:
 
 
 class NegotiationRollout:
-    """TRL's ``rollout_func``: prompts (task keys) in, the seller's token trajectories and scores out."""
+    """TRL's ``rollout_func``: prompts (task keys) in, the seller's token trajectories and scores out.
+
+    Each call also measures the rollout (deal rate, invalid actions, throughput); those figures wait in
+    ``figures`` until the reward function hands them to TRL (``log_figures``).
+    """
 
     def __init__(self, cfg: TrainConfig, tasks: list[Task], context: AgentContext | None = None) -> None:
         self.cfg = cfg
         self.tasks = {t.key: t for t in tasks}
-        self.settings = prompt_settings(cfg)
+        self.settings = training_format(cfg)
         if context is None:
-            endpoints = {}
-            if cfg.endpoints:
-                from haggler.engine.backends.openai_api import load_endpoints
-
-                endpoints = load_endpoints(cfg.endpoints)
+            endpoints = load_endpoints(cfg.endpoints) if cfg.endpoints else {}
             context = AgentContext(prompt=self.settings, temperature=cfg.buyer_temperature, endpoints=endpoints)
         self.context = context  # the buyers' models and clients (never the policy)
+        self.figures: dict[str, float] = {}
         self._policy: Any = None
         self._last_call: float | None = None
         self._last_tokens = 0
@@ -111,12 +89,11 @@ class NegotiationRollout:
 
     def policy(self, trainer: Any) -> Any:
         """The model being trained, behind the same sampling API the evaluation uses."""
-        if getattr(trainer, "use_vllm", False):
-            from haggler.engine.backends.vllm import VLLMModel
-
+        if trainer.args.use_vllm:
             if self._policy is None:
                 self._policy = VLLMModel.from_trainer(trainer)
             return self._policy
+        # Lazy: the hf backend imports torch and transformers.
         from haggler.engine.backends.hf import HFModel
 
         model = trainer.accelerator.unwrap_model(trainer.model)
@@ -139,13 +116,13 @@ class NegotiationRollout:
         finally:
             if was_training:
                 trainer.model.train()
-        self._log(trainer, out, time.perf_counter() - start)
+        self.figures = self._measure(out, time.perf_counter() - start, trainer.state)
         return out
 
     def play(self, model: Any, prompts: list[str], temperature: float) -> dict[str, list]:
         """Play one negotiation per prompt with ``model`` as the seller; the engine's figures per row."""
         games = []
-        for k, key in enumerate(prompts):
+        for key in prompts:
             task = self.tasks.get(key)
             if task is None:
                 raise KeyError(f"rollout_func got a prompt that is no training task: {key[:80]!r}")
@@ -163,29 +140,18 @@ class NegotiationRollout:
         return self._collect(prompts, games)
 
     def _collect(self, prompts: list[str], games: list[Game]) -> dict[str, list]:
-        tok = games[0].agents["seller"].tokenizer if games else None
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "logprobs",
                                                 "seller_score", "invalid_share", "deal", "seller_turns", "errored")}
         for g in games:
-            neg, seller = g.negotiation, g.agents["seller"]
-            tr = seller.trajectory
+            neg = g.negotiation
+            tr = g.agents["seller"].final_trajectory(neg)
             errored = neg.ended_by == "error"
-            if tr is None:  # the seller never spoke (the buyer ended it first): nothing of its own to train on
-                prompt = tok.apply_chat_template(
-                    [{"role": "system", "content": system_prompt_for(neg.scenario, "seller", self.settings)},
-                     {"role": "user", "content": observe(neg, "seller")}], add_generation_prompt=True, tokenize=True)
-                prompt = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
-                completion, mask, lps = [tok.eos_token_id], [0], [0.0]
-            else:
-                prompt, completion, mask, lps = tr.prompt_ids, tr.completion_ids, tr.env_mask, tr.logprobs
-            if errored:
-                mask = [0] * len(mask)
             turns = _seller_turns(neg)
             figures = score(neg, self.cfg.no_deal)
-            out["prompt_ids"].append(list(prompt))
-            out["completion_ids"].append(list(completion))
-            out["env_mask"].append(list(mask))
-            out["logprobs"].append(list(lps))
+            out["prompt_ids"].append(list(tr.prompt_ids))
+            out["completion_ids"].append(list(tr.completion_ids))
+            out["env_mask"].append([0] * len(tr.env_mask) if errored else list(tr.env_mask))
+            out["logprobs"].append(list(tr.logprobs))
             out["seller_score"].append(figures.seller_score)
             out["invalid_share"].append(sum(isinstance(a, Invalid) for a in turns) / len(turns) if turns else 0.0)
             out["deal"].append(bool(figures.deal))
@@ -194,25 +160,32 @@ class NegotiationRollout:
         _fill_errored_with_group_mean(prompts, out["seller_score"])
         return out
 
-    def _log(self, trainer: Any, out: dict[str, list], rollout_s: float) -> None:
-        metrics = getattr(trainer, "_metrics", None)
-        if metrics is None:
-            return
-        m = metrics["train"]
+    # ---- what a rollout measured, for TRL's log ----
+
+    def _measure(self, out: dict[str, list], rollout_s: float, state: Any) -> dict[str, float]:
         n = max(len(out["deal"]), 1)
         ok = [i for i, e in enumerate(out["errored"]) if not e]
-        m["negotiation/deal_rate"].append(sum(out["deal"][i] for i in ok) / max(len(ok), 1))
-        m["negotiation/invalid_action_rate"].append(sum(out["invalid_share"][i] for i in ok) / max(len(ok), 1))
-        m["negotiation/seller_turns"].append(sum(out["seller_turns"]) / n)
-        m["negotiation/error_rate"].append(sum(out["errored"]) / n)
         sampled = sum(sum(mask) for mask in out["env_mask"])
-        m["rollout/seconds"].append(rollout_s)
-        m["rollout/sampled_tokens_per_s"].append(sampled / rollout_s if rollout_s > 0 else 0.0)
+        figures = {
+            "negotiation/deal_rate": sum(out["deal"][i] for i in ok) / max(len(ok), 1),
+            "negotiation/invalid_action_rate": sum(out["invalid_share"][i] for i in ok) / max(len(ok), 1),
+            "negotiation/seller_turns": sum(out["seller_turns"]) / n,
+            "negotiation/error_rate": sum(out["errored"]) / n,
+            "rollout/seconds": rollout_s,
+            "rollout/sampled_tokens_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
+        }
         # Whole-step throughput (rollout + update) of the previous step: tokens TRL counted / wall time.
-        now, seen = time.perf_counter(), int(getattr(trainer.state, "num_input_tokens_seen", 0) or 0)
+        now, seen = time.perf_counter(), int(getattr(state, "num_input_tokens_seen", 0) or 0)
         if self._last_call is not None and now > self._last_call:
-            m["tokens_per_s"].append((seen - self._last_tokens) / (now - self._last_call))
+            figures["tokens_per_s"] = (seen - self._last_tokens) / (now - self._last_call)
         self._last_call, self._last_tokens = now, seen
+        return figures
+
+    def log_figures(self, log_metric: Callable[[str, float], None]) -> None:
+        """Hand the last rollout's figures to TRL's ``log_metric`` (averaged per logging step, like its own)."""
+        for name, value in self.figures.items():
+            log_metric(name, value)
+        self.figures = {}
 
 
 def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None]) -> None:
@@ -228,17 +201,24 @@ def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None]
                 scores[i] = fill
 
 
-def make_reward(format_penalty: float) -> Callable[..., list[float]]:
+def make_reward(format_penalty: float, rollout: NegotiationRollout | None = None) -> Callable[..., list[float]]:
+    """The reward function: each rollout row's seller score, less the format penalty. TRL calls it right
+    after each rollout with a ``log_metric`` callback, which gets that rollout's figures."""
+
     def seller_score(prompts: list[str], completions: list[Any], seller_score: list[float],
-                     invalid_share: list[float], **_: Any) -> list[float]:
+                     invalid_share: list[float], log_metric: Callable[[str, float], None] | None = None,
+                     **_: Any) -> list[float]:
+        if rollout is not None and log_metric is not None:
+            rollout.log_figures(log_metric)
         return [s - format_penalty * i for s, i in zip(seller_score, invalid_share)]
 
     return seller_score
 
 
-# ---- assembling and running the trainer ----
+# ---- assembling the trainer, saving what it made ----
 
 def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
+    # Lazy: TRL takes seconds to import; config validation and --help must not wait.
     from trl import GRPOConfig
 
     g = cfg.grpo
@@ -250,72 +230,53 @@ def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
 def peft_config(cfg: TrainConfig) -> Any:
     if cfg.lora is None:
         return None
+    # Lazy: peft is optional and slow to import.
     from peft import LoraConfig
 
     return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                       target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
 
 
-def base_model_path(cfg: TrainConfig) -> str:
-    if cfg.warm_start is not None:
-        return str(cfg.warm_start_dir())
-    from haggler.engine.backends.hf import resolve_model_path
-
-    return resolve_model_path(cfg.model)
-
-
-def load_policy(path: str, dtype: str) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch_dtype = {"auto": torch.bfloat16 if torch.cuda.is_available() else torch.float32,
-                   "float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
-    return model, tokenizer
-
-
 def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task] | None = None,
                   rollout: NegotiationRollout | None = None, callbacks: list[Any] | None = None) -> Any:
-    import os
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL: pinned version
+    # Lazy: datasets and TRL take seconds to import; config validation and --help must not wait.
     from datasets import Dataset
     from trl import GRPOTrainer
 
     tasks = tasks if tasks is not None else training_tasks(cfg)
     rollout = rollout or NegotiationRollout(cfg, tasks)
-    return GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty)], args=grpo_args(cfg),
+    return GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)], args=grpo_args(cfg),
                        train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
                        processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg),
                        callbacks=callbacks)
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
+    # Lazy: transformers takes seconds to import.
     from transformers.trainer_utils import get_last_checkpoint
 
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
 def save_final(trainer: Any, cfg: TrainConfig, base: str) -> Path:
-    """A complete Hugging Face folder (config, safetensors, tokenizer; LoRA merged) that ``hf:PATH`` loads."""
+    """A complete Hugging Face folder (config, safetensors, tokenizer; LoRA merged) that ``hf:PATH`` loads;
+    its card, written last, records the format it was trained in."""
     final = cfg.final_model_dir()
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if trainer.accelerator.is_main_process:
+    main = trainer.accelerator.is_main_process
+    if main:
         final.mkdir(parents=True, exist_ok=True)
-        (final / FINAL_MARKER).unlink(missing_ok=True)
+        clear_card(final)  # incomplete until the card is written again, last
     if cfg.lora is not None and hasattr(model, "merge_and_unload"):
-        if trainer.accelerator.is_main_process:
+        if main:
             model.merge_and_unload().save_pretrained(final, safe_serialization=True)
     else:
         trainer.save_model(str(final))
-    if trainer.accelerator.is_main_process:
+    if main:
         trainer.processing_class.save_pretrained(final)
-        marker = {"kind": "grpo", "base": base, "steps": trainer.state.global_step,
-                  "prompt": cfg.prompt.model_dump(), "config": cfg.model_dump(mode="json")}
-        (final / FINAL_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        write_card(final, {"kind": "grpo", "base": base, "steps": trainer.state.global_step,
+                           "prompt": training_format(cfg).model_dump(), "config": cfg.model_dump(mode="json")})
     return final
 
 
@@ -326,51 +287,23 @@ def write_log(trainer: Any, cfg: TrainConfig) -> dict[str, Any]:
     with open(out / "train_log.jsonl", "w") as f:
         for h in trainer.state.log_history:
             f.write(json.dumps(h) + "\n")
-    rewards = [h["reward"] for h in history]
-    fifth = max(1, len(rewards) // 5)
+    fifth = max(1, len(history) // 5)
+
+    def over(key: str, rows: list[dict[str, Any]]) -> float | None:
+        return mean(_numbers([h.get(key) for h in rows]))
+
     figures = {
         "steps": trainer.state.global_step,
-        "reward_first_fifth": _mean(rewards[:fifth]),
-        "reward_last_fifth": _mean(rewards[-fifth:]),
-        "invalid_action_rate_first_fifth": _mean([h.get("negotiation/invalid_action_rate") for h in history[:fifth]]),
-        "invalid_action_rate_last_fifth": _mean([h.get("negotiation/invalid_action_rate") for h in history[-fifth:]]),
-        "deal_rate_last_fifth": _mean([h.get("negotiation/deal_rate") for h in history[-fifth:]]),
+        "reward_first_fifth": over("reward", history[:fifth]),
+        "reward_last_fifth": over("reward", history[-fifth:]),
+        "invalid_action_rate_first_fifth": over("negotiation/invalid_action_rate", history[:fifth]),
+        "invalid_action_rate_last_fifth": over("negotiation/invalid_action_rate", history[-fifth:]),
+        "deal_rate_last_fifth": over("negotiation/deal_rate", history[-fifth:]),
     }
     (out / "train_summary.json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
 
 
-def _mean(xs: list[Any]) -> float | None:
-    xs = [x for x in xs if isinstance(x, (int, float)) and not math.isnan(x)]
-    return sum(xs) / len(xs) if xs else None
-
-
-def run_training(cfg: TrainConfig, resume: bool = False, log: Callable[[str], None] = print) -> Path:
-    """The whole recipe: the warm start (unless done), then GRPO, then the final model folder."""
-    final = cfg.final_model_dir()
-    if (final / FINAL_MARKER).is_file() and not resume:
-        log(f"already trained: {final} (delete it, or pass --resume to continue from the last checkpoint)")
-        return final
-    tasks = training_tasks(cfg)  # refuses evaluation scenarios before any model loads
-    if cfg.warm_start is not None:
-        from haggler.training.sft import run_warm_start
-
-        run_warm_start(cfg, log=log)
-    base = base_model_path(cfg)
-    model, tokenizer = load_policy(base, cfg.dtype)
-    trainer = build_trainer(cfg, model, tokenizer, tasks)
-    checkpoint = latest_checkpoint(cfg.output_dir) if resume else None
-    if resume and checkpoint is None:
-        log(f"no checkpoint in {cfg.output_dir} yet: starting at step 0")
-    trainer.train(resume_from_checkpoint=checkpoint)
-    figures = write_log(trainer, cfg)
-    final = save_final(trainer, cfg, base)
-    log(f"reward: first fifth of the steps {_fmt(figures['reward_first_fifth'])}, last fifth "
-        f"{_fmt(figures['reward_last_fifth'])}; invalid actions {_fmt(figures['invalid_action_rate_first_fifth'])}"
-        f" -> {_fmt(figures['invalid_action_rate_last_fifth'])}")
-    log(f"trained model: {final} (evaluate it with --seller hf:{final})")
-    return final
-
-
-def _fmt(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
+def _numbers(xs: list[Any]) -> list[float]:
+    """The figures a log really has (a step without one has None; a failed average NaN)."""
+    return [x for x in xs if isinstance(x, (int, float)) and not math.isnan(x)]

@@ -1,40 +1,43 @@
 """The imitation warm start: supervised fine-tuning on scripted sellers' negotiations, in rollout tokens.
 
 A small model barely produces valid actions on its own, and a GRPO group whose rewards are all equal
-teaches nothing. So before RL the model imitates a scripted seller (``warmstart.py`` renders its
+teaches nothing. So before RL the model imitates a scripted seller (``agents/teacher.py`` renders its
 negotiations exactly as the LLM seller's prompts, cues and action format), with TRL's ``SFTTrainer``
 and the loss on the seller's own turns only (labels -100 on the prompt, the buyer's turns, template
-tokens and cues).
+tokens and cues). The result is a complete model folder whose card, written last, records the format.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from haggler.agents import MODEL_MARKER
+from haggler.agents.format.prompts import PromptSettings
+from haggler.agents.teacher import render_examples
+from haggler.core.config import ConfigError
+from haggler.core.scenario import fingerprint
+from haggler.engine.backends.embedded import resolve_model_path
+from haggler.engine.card import clear_card, read_card, write_card
 from haggler.scenarios.generate import generate_scenarios
-from haggler.training.config import ConfigError, TrainConfig
+from haggler.training.common import excluded_fingerprints, load_policy, training_format
+from haggler.training.config import TrainConfig
 
-DONE_MARKER = MODEL_MARKER  # written last: its presence means the warm start is complete
 
-
-def warm_start_rows(cfg: TrainConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
+def warm_start_rows(cfg: TrainConfig, tokenizer: Any,
+                    settings: PromptSettings | None = None) -> list[dict[str, list[int]]]:
     """Pre-tokenized examples: ``input_ids`` and ``labels`` (-100 wherever the seller did not speak)."""
-    from haggler.training.grpo import excluded_fingerprints, prompt_settings
-    from haggler.core.scenario import fingerprint
-    from haggler.agents.teacher import render_examples
-
     ws = cfg.warm_start
     assert ws is not None
     scenarios = generate_scenarios(ws.scenarios, ws.seed, max_turns=ws.max_turns)
     banned = excluded_fingerprints(cfg.exclude_scenarios)
     if any(fingerprint(s) in banned for s in scenarios):
         raise ConfigError("warm_start.seed: its scenarios overlap exclude_scenarios (an evaluation set)")
+    settings = settings or training_format(cfg)
     rows = []
-    for _game, tr in render_examples(tokenizer, scenarios, ws.teacher, list(ws.buyers), prompt_settings(cfg), ws.seed):
+    for _game, tr in render_examples(tokenizer, scenarios, ws.teacher, list(ws.buyers), settings, ws.seed):
         labels = [-100] * len(tr.prompt_ids) + [t if m else -100 for t, m in zip(tr.completion_ids, tr.env_mask)]
         if any(x != -100 for x in labels):
             rows.append({"input_ids": tr.prompt_ids + tr.completion_ids, "labels": labels})
@@ -42,13 +45,13 @@ def warm_start_rows(cfg: TrainConfig, tokenizer: Any) -> list[dict[str, list[int
 
 
 def is_done(cfg: TrainConfig) -> bool:
-    """Complete, and made with this config's prompt format and warm-start settings (else it is redone)."""
-    marker = cfg.warm_start_dir() / DONE_MARKER
-    if not marker.is_file():
+    """Complete, and made from this base in this config's prompt format with its warm-start settings
+    (else it is redone)."""
+    card = read_card(cfg.warm_start_dir())
+    if card is None:
         return False
-    info = json.loads(marker.read_text())
-    return (info.get("prompt") == cfg.prompt.model_dump() and info.get("warm_start") == _ws_settings(cfg)
-            and info.get("base") == cfg.model)
+    return (card.get("prompt") == training_format(cfg).model_dump() and card.get("warm_start") == _ws_settings(cfg)
+            and card.get("base") == cfg.model)
 
 
 def _ws_settings(cfg: TrainConfig) -> dict[str, Any]:
@@ -58,46 +61,49 @@ def _ws_settings(cfg: TrainConfig) -> dict[str, Any]:
 
 def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], None] = print) -> Path:
     """Fine-tune ``cfg.model`` on the teacher's negotiations; a complete model folder at ``warm_start_dir``."""
-    import os
-    import time
-
-    out = cfg.warm_start_dir()
-    if cfg.warm_start is not None and is_done(cfg) and not force:
-        log(f"warm start already done: {out}")
-        return out
     if cfg.warm_start is None:
         raise ConfigError("warm_start: this config names no warm start")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
-    from haggler.training.grpo import load_policy
-    from haggler.engine.backends.hf import resolve_model_path
-
-    ws, g = cfg.warm_start, cfg.grpo
+    out = cfg.warm_start_dir()
+    if is_done(cfg) and not force:
+        log(f"warm start already done: {out}")
+        return out
+    ws, settings = cfg.warm_start, training_format(cfg)
     model, tokenizer = load_policy(resolve_model_path(cfg.model), cfg.dtype)
-    rows = warm_start_rows(cfg, tokenizer)
+    rows = warm_start_rows(cfg, tokenizer, settings)
     tokens = sum(len(r["input_ids"]) for r in rows)
     log(f"warm start: {len(rows)} teacher negotiations ({ws.teacher}), {tokens} tokens")
-    args = SFTConfig(output_dir=str(out / "trainer"), learning_rate=ws.learning_rate, num_train_epochs=ws.epochs,
-                     max_steps=ws.max_steps, per_device_train_batch_size=ws.batch_size, logging_steps=1,
-                     save_strategy="no", report_to="none", bf16=g.bf16, use_cpu=g.use_cpu,
-                     gradient_checkpointing=False, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
-                     dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
     start = time.perf_counter()
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = _sft_trainer(cfg, model, tokenizer, rows)
     trainer.train()
     seconds = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
-    (out / DONE_MARKER).unlink(missing_ok=True)
+    clear_card(out)  # incomplete until the card is written again, last
     trainer.save_model(str(out))
     tokenizer.save_pretrained(out)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    info = {"kind": "warm-start", "prompt": cfg.prompt.model_dump(), "warm_start": _ws_settings(cfg), "teacher": ws.teacher, "buyers": ws.buyers, "examples": len(rows), "tokens": tokens,
+    card = {"kind": "warm-start", "prompt": settings.model_dump(), "warm_start": _ws_settings(cfg),
+            "teacher": ws.teacher, "buyers": ws.buyers, "examples": len(rows), "tokens": tokens,
             "steps": trainer.state.global_step, "seconds": round(seconds, 1),
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "base": cfg.model}
-    (out / DONE_MARKER).write_text(json.dumps(info, indent=2) + "\n")
-    log(f"warm start done in {seconds:.0f} s ({info['steps']} steps, loss {info['loss_first']} -> "
-        f"{info['loss_last']}): {out}")
+    write_card(out, card)
+    log(f"warm start done in {seconds:.0f} s ({card['steps']} steps, loss {card['loss_first']} -> "
+        f"{card['loss_last']}): {out}")
     return out
+
+
+def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[str, list[int]]]) -> Any:
+    """TRL's SFTTrainer on pre-tokenized rows (its own dataset preparation skipped: the labels are ours)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # Lazy: datasets and TRL take seconds to import; config validation and --help must not wait.
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    ws, g = cfg.warm_start, cfg.grpo
+    assert ws is not None
+    args = SFTConfig(output_dir=str(cfg.warm_start_dir() / "trainer"), learning_rate=ws.learning_rate,
+                     num_train_epochs=ws.epochs, max_steps=ws.max_steps, per_device_train_batch_size=ws.batch_size,
+                     logging_steps=1, save_strategy="no", report_to="none", bf16=g.bf16, use_cpu=g.use_cpu,
+                     gradient_checkpointing=False, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
+                     dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
+    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)

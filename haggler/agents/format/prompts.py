@@ -13,7 +13,11 @@ tokens, never trained on. Cues are a setting, not a special case for a model fam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import Field
+
+from haggler.core.config import Strict
 
 from haggler.agents.format.parse import split_message
 from haggler.core.protocol import Negotiation
@@ -23,7 +27,6 @@ from haggler.core.types import Accept, Action, Invalid, Offer, Side, WalkAway, o
 
 SLOT_STYLES = ("options", "numbers", "indexed", "names", "plain")
 ACTION_STYLES = ("options", "numbers", "words")
-ACTION_CHOICES = ("offer", "accept", "walk_away")  # the numbered action cue's order
 # Shown once in the system prompt when a cue asks for an option number: a question about nothing in the
 # negotiation, so it teaches the answer's form (one number from the list) without favouring an action.
 # Measured on the untrained SmolLM2 at T = 1.0, first turn: valid action-slot answers 53% without it, 62-65%
@@ -32,20 +35,27 @@ OPTION_EXAMPLE = ("Example of answering a question: Weekday options: 1. Monday 2
                   "\nNever answer a number that is not listed.")
 
 
-@dataclass(frozen=True)
-class PromptSettings:
+class PromptSettings(Strict):
+    """The prompt format of a language-model agent: the one declaration of these settings and their defaults,
+    used by the agents, the training and study configs (their ``prompt:`` sections) and the CLI flags.
+
+    Which fields were given explicitly is kept (pydantic's ``model_fields_set``): a model's card decides the
+    format of whatever was not (see ``AgentContext.prompt_for``).
+    """
+
     cues: bool = True  # the environment writes the reply skeleton, the model fills the slots
-    slots: str = "options"  # each issue's cue: "options" (a numbered list, then "Option number:"),
-    # "numbers" (the numbered options in brackets, then "Number:"; either reads a number or a name),
-    # "indexed" (options numbered once in the system prompt, the cue gives only the range: fewer tokens),
-    # "names" (the options listed, answer a name) or "plain" (just the issue's name)
-    actions: str = "options"  # the action cue: "options" ("Options: 1. offer 2. accept 3. walk away",
-    # then "Option number:"), "numbers" (the same choices in brackets, then "Number:"; a number or the word
-    # reads with either) or "words" (answer offer, accept or walk away)
-    message_tokens: int = 40  # budget of the free-text slot (cues on)
-    action_tokens: int = 6
-    slot_tokens: int = 12
-    reply_tokens: int = 160  # budget of a whole free-form reply (cues off)
+    # each issue's cue: "options" (a numbered list, then "Option number:"), "numbers" (the numbered options in
+    # brackets, then "Number:"; either reads a number or a name), "indexed" (options numbered once in the system
+    # prompt, the cue gives only the range: fewer tokens), "names" (the options listed, answer a name) or
+    # "plain" (just the issue's name)
+    slots: Literal[SLOT_STYLES] = "options"  # type: ignore[valid-type]
+    # the action cue: "options" ("Options: 1. offer 2. accept 3. walk away", then "Option number:"), "numbers"
+    # (the same choices in brackets, then "Number:"; a number or the word reads with either) or "words"
+    actions: Literal[ACTION_STYLES] = "options"  # type: ignore[valid-type]
+    message_tokens: int = Field(40, ge=0)  # budget of the free-text slot (cues on); 0: no message
+    action_tokens: int = Field(6, ge=1)
+    slot_tokens: int = Field(12, ge=1)
+    reply_tokens: int = Field(160, ge=1)  # budget of a whole free-form reply (cues off)
 
     @property
     def numbered(self) -> bool:
@@ -61,20 +71,13 @@ class PromptSettings:
         """Does the system prompt show how to answer an "Option number:" cue?"""
         return self.cues and "options" in (self.actions, self.slots)
 
-    def __post_init__(self) -> None:
-        if self.slots not in SLOT_STYLES:
-            raise ValueError(f"slots must be one of {SLOT_STYLES}, got {self.slots!r}")
-        if self.actions not in ACTION_STYLES:
-            raise ValueError(f"actions must be one of {ACTION_STYLES}, got {self.actions!r}")
-        if self.message_tokens < 0:
-            raise ValueError(f"message_tokens must be >= 0, got {self.message_tokens}")
-        for name in ("action_tokens", "slot_tokens", "reply_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+    def explicit(self) -> dict[str, Any]:
+        """The fields that were given, not defaulted."""
+        return {k: getattr(self, k) for k in self.model_fields_set}
 
-
-def _pct(x: float) -> str:
-    return f"{round(100 * x)}%"
+    def under(self, base: PromptSettings) -> PromptSettings:
+        """``base`` (a model card's format) with this object's explicit fields laid over it."""
+        return base.model_copy(update=self.explicit()) if self.model_fields_set else base
 
 
 def system_prompt_for(scenario: Scenario, side: Side, settings: PromptSettings) -> str:

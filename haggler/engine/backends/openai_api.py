@@ -103,7 +103,7 @@ class ChatClient:
     def _ensure(self) -> None:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            from openai import AsyncOpenAI
+            from openai import AsyncOpenAI  # here: the SDK is an optional extra (haggler[llm])
 
             base_url = self.endpoint.base_url or os.environ.get("OPENAI_BASE_URL") or None
             self._client = AsyncOpenAI(base_url=base_url, api_key=self.endpoint.api_key(), max_retries=0,
@@ -112,7 +112,7 @@ class ChatClient:
             self._loop = loop
 
     async def chat(self, messages: list[dict[str, str]], temperature: float, max_tokens: int) -> str:
-        import openai
+        import openai  # see _ensure
 
         self._ensure()
         retryable = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,

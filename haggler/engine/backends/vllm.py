@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from haggler.engine.backends.hf import Sample, Sequence
+from haggler.engine.interfaces import Sample, Sequence
 
 # (prompts as token ids, per-row budgets, temperature, stop characters) -> per row (token ids, logprobs)
 GenerateFn = Callable[[list[list[int]], list[int], float, str], list[tuple[list[int], list[float]]]]
@@ -85,7 +85,7 @@ def colocated_generate(llm: Any) -> GenerateFn:
 
     def generate(prompts: list[list[int]], budgets: list[int], temperature: float,
                  stop_chars: str) -> list[tuple[list[int], list[float]]]:
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # here: vLLM is installed only where training runs on a GPU
 
         params = [SamplingParams(n=1, temperature=temperature, top_k=0, top_p=1.0, max_tokens=b, logprobs=0,
                                  stop=list(stop_chars) or None, include_stop_str_in_output=True) for b in budgets]

@@ -1,0 +1,268 @@
+"""A running batch: sequences that decode together, one token each per step, joining and leaving at any step.
+
+Every row's cache is a contiguous run of columns ending at the current column ``c``; the buffers'
+columns are one timeline, with each row's earlier columns masked out. A sequence joins at a step
+boundary: its unread tokens are read in a prefill pass (grouped with others of similar length so
+padding stays small), its first token is sampled from that pass, and its cache is copied into a free
+row. A sequence that finishes takes its cache out and frees the row. Rows a finished sequence left
+are dropped once half the batch is free, and columns no row needs any more are cut off.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from haggler.engine.backends.hf.cache import buffered_cache, padded_past
+from haggler.engine.interfaces import Sample, Sequence
+
+
+class Decoder(Protocol):
+    """What a batch needs of its model (``HFModel`` is one)."""
+
+    model: Any  # the torch module; its config shapes the caches
+    device: str
+    pad_id: int
+    kv_reuse: bool  # off: every sequence is read in full each call, and leaves without a cache
+    stats: dict[str, Any]
+
+    def next_token_logits(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any: ...
+
+
+@dataclass(eq=False)
+class Job:
+    """One sequence to continue: its budget and sampling rules, what it has sampled, where its answer goes."""
+
+    seq: Sequence
+    budget: int
+    temperature: float
+    stop: list[bool]
+    eos: frozenset[int]
+    generator: Any  # the caller's shared stream, for sequences without one of their own
+    done: Callable[[Sample], None]
+    fail: Callable[[BaseException], None]
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stopped: str = ""
+    start: int = 0  # first column of its keys and values in the running batch's buffers
+    position: int = 0  # position id of the token it feeds next
+    answered: bool = False
+
+    def take(self, token: int, logprob: float) -> bool:
+        """Record a sampled token; True when the continuation is complete."""
+        self.ids.append(token)
+        self.logprobs.append(logprob)
+        if self.stop[token]:
+            self.stopped = "eos" if token in self.eos else "stop"
+        elif len(self.ids) >= self.budget:
+            self.stopped = "length"
+        return bool(self.stopped)
+
+    def finish(self, cache: list[tuple[Any, Any]] | None) -> None:
+        """Hand the sequence its tokens and the cache of everything fed (all but the last sampled token)."""
+        self.seq.ids.extend(self.ids)
+        self.seq.cache = cache
+        self.seq.cached = len(self.seq.ids) - 1 if cache is not None else 0
+        self.answered = True
+        self.done(Sample(ids=self.ids, logprobs=self.logprobs, stopped=self.stopped))
+
+    def give_up(self, err: BaseException) -> None:
+        if not self.answered:
+            self.answered = True
+            self.fail(err)
+
+
+def _snug(lengths: list[int]) -> bool:
+    """Do these rows waste little when padded to the longest (a quarter of the real tokens, plus a little)?"""
+    return max(lengths) * len(lengths) <= 1.25 * sum(lengths) + 8 * len(lengths)
+
+
+def layout(chunks: list[list[int]], keep: list[int], pad_id: int) -> tuple[Any, Any]:
+    """Input ids and attention mask of a prefill: each row is [padding | cached past] [padding | chunk].
+    Padding is masked out and positions count only real tokens, so the holes change nothing but shapes."""
+    n_in, width = max(len(c) for c in chunks), max(keep)
+    input_ids = torch.full((len(chunks), n_in), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(chunks), width + n_in), dtype=torch.long)
+    for i, chunk in enumerate(chunks):
+        input_ids[i, n_in - len(chunk):] = torch.tensor(chunk, dtype=torch.long)
+        mask[i, width - keep[i]: width] = 1
+        mask[i, width + n_in - len(chunk):] = 1
+    return input_ids, mask
+
+
+def sample(logits: Any, jobs: list[Job]) -> tuple[list[int], list[float]]:
+    """One token per row at exactly its temperature (0: greedy), top-k and top-p off; its log-probability."""
+    logits = logits.float()
+    scale = torch.tensor([j.temperature if j.temperature > 0 else 1.0 for j in jobs], device=logits.device)
+    logprobs = torch.log_softmax(logits / scale[:, None], dim=-1)
+    token = logprobs.argmax(-1)
+    drawn = [r for r, j in enumerate(jobs) if j.temperature > 0]
+    if drawn:
+        probs = logprobs[drawn].exp()
+        own = [k for k, r in enumerate(drawn) if jobs[r].seq.generator is not None]
+        shared = [k for k, r in enumerate(drawn) if jobs[r].seq.generator is None]
+        picks = torch.empty(len(drawn), dtype=torch.long, device=logits.device)
+        for k in own:  # a sequence with a stream of its own draws from it alone
+            picks[k] = torch.multinomial(probs[k], 1, generator=jobs[drawn[k]].seq.generator)[0]
+        if shared:
+            idx = torch.tensor(shared, device=logits.device)
+            picks[idx] = torch.multinomial(probs[idx], 1, generator=jobs[drawn[shared[0]]].generator).squeeze(-1)
+        token[torch.tensor(drawn, device=logits.device)] = picks
+    chosen = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+    return token.cpu().tolist(), chosen.cpu().tolist()
+
+
+class Batch:
+    """The sequences decoding together in shared key-value buffers (see the module's docstring)."""
+
+    def __init__(self, model: Decoder) -> None:
+        self.m = model
+        self.rows: list[Job | None] = []
+        self.cache: Any = None
+        self.mask: Any = None  # (rows, capacity) 1 where a row attends
+        self.c = 0
+
+    def active(self) -> bool:
+        return any(j is not None for j in self.rows)
+
+    def jobs(self) -> list[Job]:
+        return [j for j in self.rows if j is not None]
+
+    # ---- joining ----
+
+    def admit(self, jobs: list[Job]) -> None:
+        unread = sorted(((len(j.seq.ids) - self._kept(j.seq), i) for i, j in enumerate(jobs)), reverse=True)
+        while unread:
+            size = 1
+            while size < len(unread) and _snug([n for n, _ in unread[: size + 1]]):
+                size += 1
+            self._prefill([jobs[i] for _, i in unread[:size]])
+            unread = unread[size:]
+
+    def _kept(self, seq: Sequence) -> int:
+        return min(seq.cached, len(seq.ids) - 1) if self.m.kv_reuse and seq.cache is not None else 0
+
+    def _prefill(self, jobs: list[Job]) -> None:
+        m, clock = self.m, time.perf_counter()
+        seqs = [j.seq for j in jobs]
+        keep = [self._kept(s) for s in seqs]
+        chunks = [s.ids[k:] for s, k in zip(seqs, keep)]
+        input_ids, mask = layout(chunks, keep, m.pad_id)
+        n_in, width = max(len(c) for c in chunks), max(keep)
+        cache = buffered_cache(m.model.config, width + n_in, width, padded_past(seqs, keep, width, width + n_in))
+        mask = mask.to(m.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = m.next_token_logits(input_ids.to(m.device), mask, positions[:, width:], cache)
+        tokens, logprobs = sample(logits, jobs)
+        going = [r for r, job in enumerate(jobs) if not job.take(tokens[r], logprobs[r])]
+        self._make_room(len(going), max((keep[r] + len(chunks[r]) for r in going), default=0))
+        for r, job in enumerate(jobs):
+            past, fresh = slice(width - keep[r], width), slice(width + n_in - len(chunks[r]), width + n_in)
+            kv = [(torch.cat([layer.keys[r: r + 1, :, past], layer.keys[r: r + 1, :, fresh]], dim=2),
+                   torch.cat([layer.values[r: r + 1, :, past], layer.values[r: r + 1, :, fresh]], dim=2))
+                  for layer in cache.layers]
+            if r in going:
+                self._place(job, kv, keep[r] + len(chunks[r]))
+            else:
+                job.finish(kv if m.kv_reuse else None)
+        m.stats["prefills"] += 1
+        m.stats["prompt_tokens"] += sum(len(c) for c in chunks)
+        m.stats["generated_tokens"] += len(jobs)
+        m.stats["prefill_s"] += time.perf_counter() - clock
+
+    def _make_room(self, rows: int, length: int) -> None:
+        """Enough free rows for ``rows`` newcomers, and at least ``length`` columns before the current one."""
+        if rows == 0:
+            return
+        extra = max(0, rows - sum(j is None for j in self.rows))
+        if self.cache is None:  # no buffers yet: the first row placed shapes them
+            self.rows += [None] * extra
+            self.c = max(self.c, length)
+            return
+        shift = max(0, length - self.c)
+        if extra or shift:
+            self._resize(len(self.rows) + extra, self.mask.shape[1] + shift, shift)
+            self.rows += [None] * extra
+
+    def _resize(self, rows: int, capacity: int, shift: int = 0) -> None:
+        """New buffers of ``rows`` x ``capacity``, the filled columns copied ``shift`` columns to the right."""
+        for layer in self.cache.layers:
+            layer.grow(rows, capacity, self.c, shift)
+        mask = torch.zeros((rows, capacity), dtype=self.mask.dtype, device=self.mask.device)
+        mask[: self.mask.shape[0], shift: shift + self.c] = self.mask[:, : self.c]
+        self.mask, self.c = mask, self.c + shift
+        for job in self.jobs():
+            job.start += shift
+
+    def _place(self, job: Job, kv: list[tuple[Any, Any]], length: int) -> None:
+        if self.cache is None:  # the first row: buffers shaped after its cache
+            n, cap = len(self.rows), self.c + 64
+            self.cache = buffered_cache(self.m.model.config, cap, self.c,
+                                        [(k.new_zeros((n, k.shape[1], cap, k.shape[3])),
+                                          v.new_zeros((n, v.shape[1], cap, v.shape[3]))) for k, v in kv])
+            self.mask = torch.zeros((n, cap), dtype=torch.long, device=kv[0][0].device)
+        row = self.rows.index(None)
+        lo = self.c - length
+        for layer, (k, v) in zip(self.cache.layers, kv):
+            layer.write_row(row, lo, self.c, k[0], v[0])
+        self.mask[row].zero_()
+        self.mask[row, lo: self.c] = 1
+        job.start, job.position = lo, length
+        self.rows[row] = job
+
+    # ---- decoding ----
+
+    def step(self) -> None:
+        """Feed every row its last sampled token and sample the next."""
+        m, clock = self.m, time.perf_counter()
+        self._reserve(self.c + 1)
+        ids = torch.tensor([[j.ids[-1] if j else m.pad_id] for j in self.rows], device=m.device)
+        positions = torch.tensor([[j.position if j else 0] for j in self.rows], device=m.device)
+        self.mask[:, self.c] = 1  # free rows attend to their own pad token: nothing reads them, nothing is NaN
+        logits = m.next_token_logits(ids, self.mask[:, : self.c + 1], positions, self.cache)
+        self.c += 1
+        live = [r for r, j in enumerate(self.rows) if j is not None]
+        jobs = [self.rows[r] for r in live]
+        tokens, logprobs = sample(logits[live] if len(live) < len(self.rows) else logits, jobs)
+        m.stats["row_steps"] += len(self.rows)
+        m.stats["steps"] += 1
+        m.stats["generated_tokens"] += len(jobs)
+        for r, job, token, lp in zip(live, jobs, tokens, logprobs):
+            job.position += 1
+            if job.take(token, lp):
+                kv = [layer.copy_row(r, job.start, self.c) for layer in self.cache.layers] if m.kv_reuse else None
+                self.rows[r] = None
+                job.finish(kv)
+        self._tidy()
+        m.stats["decode_s"] += time.perf_counter() - clock
+
+    def _reserve(self, columns: int) -> None:
+        if columns > self.mask.shape[1]:
+            self._resize(len(self.rows), max(columns, 2 * self.mask.shape[1]))
+
+    def _tidy(self) -> None:
+        """Drop the rows of finished sequences once half the batch is free; cut columns nobody reads."""
+        live = [r for r, j in enumerate(self.rows) if j is not None]
+        if not live:
+            self.rows, self.cache, self.mask, self.c = [], None, None, 0
+            return
+        if len(live) <= len(self.rows) // 2:
+            index = torch.tensor(live, device=self.mask.device)
+            for layer in self.cache.layers:
+                layer.select_rows(index, self.c)
+            self.mask = self.mask.index_select(0, index)
+            self.rows = [self.rows[r] for r in live]
+            self.m.stats["compactions"] += 1
+        lo = min(j.start for j in self.jobs())
+        if lo >= 64 and 2 * lo >= self.c:  # views, no copy: the next growth copies only what is left
+            for layer in self.cache.layers:
+                layer.drop_columns(lo, self.c - lo)
+            self.mask = self.mask[:, lo:]
+            self.c -= lo
+            self.m.stats["trims"] += 1
+            for job in self.jobs():
+                job.start -= lo

@@ -1,0 +1,42 @@
+"""report.md: the headline table, what the numbers show, per-buyer tables, seed spread, plots, settings."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from haggler.evaluation.figures import fmt
+from haggler.study.report.assemble import HEADLINE, POOLED, headline_rows
+
+
+def _md_table(header: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(fmt(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    lines = ["# haggler report", ""]
+    lines += ["## Headline (pooled over evaluation buyers)", "",
+              _md_table(HEADLINE, headline_rows(summary["per_buyer"])), ""]
+    pooled = [c for c in summary["comparisons"] if c["buyer"] == POOLED]
+    if pooled:
+        lines += ["## What the numbers show", ""]
+        lines += [f"- {c['verdict']}" for c in pooled]
+        lines.append("")
+    for buyer in summary["buyers"]:
+        fam = summary["buyer_families"].get(buyer)
+        lines += [f"## Buyer {buyer}" + (f" (family: {fam})" if fam else ""), "",
+                  _md_table(HEADLINE, headline_rows({POOLED: summary["per_buyer"][buyer]})), ""]
+        lines += [f"- {c['verdict']}" for c in summary["comparisons"] if c["buyer"] == buyer]
+        lines.append("")
+    seeds = {a: f for a, f in summary["per_buyer"].get(POOLED, {}).items() if "seed_sd" in f}
+    if seeds:
+        lines += ["## Training-seed spread", ""]
+        lines += [f"- {a}: per-seed means {f['seed_means']}, sd {f['seed_sd']:.3f}" for a, f in seeds.items()]
+        lines.append("")
+    if summary["plots"]:
+        lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in summary["plots"].items()] + [""]
+    lines += ["## Settings", "", "```json", json.dumps(summary["settings"], indent=2, default=str)[:20000], "```", ""]
+    lines += ["Errored cells are excluded from every score and counted in `cells completed`.", ""]
+    return "\n".join(lines)

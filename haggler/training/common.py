@@ -1,0 +1,59 @@
+"""What the warm start and GRPO share: the prompt format they train in, the policy they load, and the
+training scenarios (never one of an evaluation set's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haggler.agents.format.prompts import PromptSettings
+from haggler.agents.registry import prompt_for_model
+from haggler.core.config import ConfigError
+from haggler.core.scenario import Scenario, fingerprint, load_scenarios
+from haggler.scenarios.generate import generate_scenarios
+from haggler.training.config import TrainConfig
+
+
+def training_format(cfg: TrainConfig) -> PromptSettings:
+    """The format the model is warm-started and trained in (and its card records): the config's explicit
+    ``prompt`` fields laid over the base model's card."""
+    return prompt_for_model(cfg.model, cfg.prompt)
+
+
+def excluded_fingerprints(paths: list[str]) -> set[str]:
+    """The fingerprints of every scenario in these (evaluation) scenario files."""
+    out: set[str] = set()
+    for p in paths:
+        out |= {fingerprint(s) for s in load_scenarios(p).values()}
+    return out
+
+
+def training_scenarios(cfg: TrainConfig) -> list[Scenario]:
+    """The RL scenarios: generated or read from a file; refused if any is in ``exclude_scenarios``."""
+    src = cfg.scenarios
+    if src.file:
+        scenarios = list(load_scenarios(src.file).values())
+    else:
+        scenarios = generate_scenarios(src.n, src.seed, max_turns=src.max_turns)
+    banned = excluded_fingerprints(cfg.exclude_scenarios)
+    clash = [s.id for s in scenarios if fingerprint(s) in banned]
+    if clash:
+        raise ConfigError(f"scenarios: {len(clash)} training scenario(s) also appear in exclude_scenarios "
+                          f"(an evaluation set), e.g. {clash[:3]}; use another scenarios.seed or file")
+    return scenarios
+
+
+def load_policy(path: str, dtype: str) -> tuple[Any, Any]:
+    """The model to train and its tokenizer (given a pad token if it has none)."""
+    # Lazy: torch and transformers (and the hf backend, which imports them) take seconds to import;
+    # config validation and --help must not wait.
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from haggler.engine.backends.hf import torch_dtype
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype, device))
+    return model, tokenizer
