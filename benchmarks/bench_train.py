@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import tempfile
 import time
@@ -33,8 +34,9 @@ def main() -> None:
     from haggler.training.config import load_config
 
     out = tempfile.mkdtemp(prefix="bench-train-")
+    # validation off: this times the GRPO step itself (validation's cost is its own negotiations)
     cfg = load_config(args.config, {"grpo.max_steps": args.steps, "grpo.report_to": "none", "output_dir": out,
-                                    "grpo.save_steps": 10_000})
+                                    "grpo.save_steps": 10_000, "validation": None})
     base_cfg = load_config(args.config)
     demo_warm = base_cfg.warm_start_dir() if base_cfg.warm_start else None
     path = str(demo_warm) if demo_warm and (demo_warm / "config.json").is_file() else None  # noqa: SIM108
@@ -111,11 +113,15 @@ def main() -> None:
         "update_tokens_per_s": round(padded_tokens / update_s, 1),
         "bare_tokens_per_s": round(padded_tokens / bare_s, 1),
         "ratio": round(bare_s / update_s, 2), "target_ratio": 0.7,
+        # end to end (rollout, scoring, update) and the process's peak resident memory so far
+        "negotiations_per_min": round(len(batch["completion_ids"]) / step_s * 60, 1),
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 2),
     }
     print(f"one GRPO step: {step_s:.1f} s = rollout {rollout_s:.1f} s + scoring {prepare_s - rollout_s:.1f} s"
           f" + update {update_s:.1f} s")
     print(f"update {figures['update_tokens_per_s']} tokens/s vs bare forward+backward {figures['bare_tokens_per_s']}"
           f" tokens/s on the same {padded_tokens} padded tokens: {figures['ratio']}x (target >= 0.7x)")
+    print(f"{figures['negotiations_per_min']} negotiations trained per minute; peak memory {figures['peak_rss_gb']} GB")
     print(json.dumps(figures))
     shutil.rmtree(out, ignore_errors=True)
 

@@ -86,10 +86,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k) for k in ("cues", "slots", "actions", "message_tokens") if getattr(args, k) is not None}
     try:
         settings = RunSettings(no_deal=args.no_deal, max_invalid=args.max_invalid, temperature=args.temperature,
-                               prompt=given, batch_size=args.batch_size, api_max_tokens=args.api_max_tokens)
+                               prompt=given, batch_size=args.batch_size, api_max_tokens=args.api_max_tokens,
+                               sample_seed=None if args.unseeded else args.sample_seed)
     except ValidationError as err:  # named as the flags are spelt
         raise ValueError("; ".join(f"--{key.split('.')[-1].replace('_', '-')}: {msg}"
                                    for key, msg in error_items(err))) from None
+    if args.dry_run:  # the estimate only: nothing is played, nothing is spent, nothing is written
+        from haggler.evaluation.cost import estimate_run, render_estimate
+
+        print(render_estimate(estimate_run(args.grid, args.scenarios, args.seller, args.out, settings.api_max_tokens,
+                                           endpoints)))
+        return 0
     report = run(args.grid, args.scenarios, args.seller, args.out, settings=settings, progress=not args.no_progress,
                  endpoints=endpoints)
     print(f"{report.played} played, {report.skipped} already done, {report.errors} errors; results in {args.out}")
@@ -175,6 +182,10 @@ def cmd_study(args: argparse.Namespace) -> int:
             extra = f" lr {a.learning_rate:g} seed {a.seed}" if a.kind == "rl" else ""
             print(f"{a.kind:<9} {a.name:<28} {a.spec}{extra}")
         print(f"{len(trainings)} training run(s); results in {cfg.output_dir}")
+        from haggler.study.estimate import estimate_study
+        from haggler.evaluation.cost import render_estimate
+
+        print(render_estimate(estimate_study(cfg)))
         return 0
     report = run_study(cfg, study_path=args.config, progress=not args.no_progress)
     print(f"report: {report}")
@@ -191,6 +202,15 @@ def cmd_report(args: argparse.Namespace) -> int:
         study = load_study(args.study)
     build_report(args.results, args.out, study=study, study_path=args.study)
     print(f"report written to {args.out} (report.html, report.md, summary.json, plots/, tables/)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from haggler.evaluation.inspect_export import export_inspect
+
+    arm_of = {a["spec"]: a["name"] for a in json.loads(Path(args.arms).read_text())} if args.arms else None
+    n = export_inspect(args.results, args.out, arm_of)
+    print(f"wrote {n} samples to {args.out} (inspect view --log-dir {Path(args.out).parent})")
     return 0
 
 
@@ -282,6 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{PromptSettings().message_tokens})")
     r.add_argument("--batch-size", type=int, default=default("batch_size"),
                    help="negotiations in play at once (default: %(default)s)")
+    r.add_argument("--sample-seed", type=int, default=default("sample_seed"),
+                   help="each language-model agent samples from its own stream seeded by this, its cell's seed and "
+                        "its side, so reruns give the same negotiations (default: %(default)s)")
+    r.add_argument("--unseeded", action="store_true",
+                   help="let language-model agents share one unseeded stream (reruns differ)")
     r.add_argument("--base-url", default=None,
                    help="the default OpenAI-compatible endpoint (else OPENAI_BASE_URL); its key: OPENAI_API_KEY")
     r.add_argument("--api-max-tokens", type=int, default=default("api_max_tokens"),
@@ -289,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--endpoints", default=None,
                    help="a YAML table of named endpoints for specs like openai:MODEL@NAME")
     r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--dry-run", action="store_true",
+                   help="estimate the API calls, tokens and cost of the cells not yet done, and play nothing")
     r.set_defaults(func=cmd_run)
 
     def train_flags(q: argparse.ArgumentParser) -> None:
@@ -325,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     pn.set_defaults(func=cmd_memory)
 
     st = sub.add_parser("study", help="the whole study: train every RL arm, evaluate every arm, report")
-    st.add_argument("action", choices=("run", "plan"), help="run it (resumable), or list its arms")
+    st.add_argument("action", choices=("run", "plan"),
+                    help="run it (resumable), or list its arms and estimate its API calls, tokens and cost")
     st.add_argument("config", help="a study config, e.g. configs/demo-study.yaml")
     st.add_argument("--no-progress", action="store_true")
     st.set_defaults(func=cmd_study)
@@ -335,6 +363,13 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True)
     rp.add_argument("--study", default=None, help="the study config: arms, bases, sizes, rates, seeds")
     rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("export", help="results in another tool's format").add_subparsers(dest="format", required=True)
+    ei = ex.add_parser("inspect", help="an Inspect AI log (.eval): one sample per negotiation (haggler[inspect])")
+    ei.add_argument("results", nargs="+")
+    ei.add_argument("--out", required=True, help="the log file, e.g. runs/x.eval")
+    ei.add_argument("--arms", default=None, help="a study's arms.json, to name each seller's arm")
+    ei.set_defaults(func=cmd_export)
 
     s = sub.add_parser("summary", help="a table per seller x buyer")
     s.add_argument("results", nargs="+")

@@ -10,7 +10,7 @@ from haggler.scenarios import negmas as nb
 from haggler.core.analysis import analyze, pareto_frontier
 from haggler.scenarios.generate import generate_scenarios
 from haggler.scenarios.genius import import_genius
-from tests.test_genius import DOMAINS
+from tests.conftest import DOMAINS
 
 
 def _negmas_figures(s):

@@ -109,8 +109,22 @@ def test_endpoint_tables(tmp_path):
     with pytest.raises(SpecError, match="no endpoint named 'c'"):
         check_spec("openai:gpt-x@c", table)
     path.write_text("endpoints:\n  a: {base_url: x, api_key: sk-123}\n")
+    with pytest.raises(ValueError, match="never a file"):
+        load_endpoints(path)
+    path.write_text("endpoints:\n  a: {base_url: x, rate: 3}\n")
     with pytest.raises(ValueError, match="unknown keys"):
         load_endpoints(path)
+    path.write_text("endpoints:\n  a: {base_url: x, action_format: json}\n")
+    with pytest.raises(ValueError, match="action_format must be one of"):
+        load_endpoints(path)
+    path.write_text("endpoints:\n  a: {base_url: x, requests_per_minute: 0}\n")
+    with pytest.raises(ValueError, match="requests_per_minute must be a positive number"):
+        load_endpoints(path)
+    path.write_text("endpoints:\n  a: {base_url: x, requests_per_minute: 60, tokens_per_minute: 1000, action_format: tools,"
+                    " price_in_per_mtok: 2, price_out_per_mtok: 8}\n")
+    a = load_endpoints(path)["a"]
+    assert (a.requests_per_minute, a.tokens_per_minute, a.action_format, a.tool_choice) == (60, 1000, "tools", "required")
+    assert a.prices() == {"in": 2, "out": 8, "cached_in": 2}
     path.write_text("endpoints: [1, 2]\n")
     with pytest.raises(ValueError, match="mapping under 'endpoints'"):
         load_endpoints(path)
@@ -133,3 +147,25 @@ def test_two_buyers_on_two_endpoints_in_one_run(tmp_path, monkeypatch):
     text = out.read_text()
     assert "sk-aaaa" not in text and "sk-bbbb" not in text and json.loads(text.splitlines()[0])
     assert os.environ["KEY_A"] == "sk-aaaa-1111"
+
+
+def test_api_agents_send_a_seed_per_request_derived_from_the_cell_and_record_it(tmp_path):
+    sp, gp, out = _setup(tmp_path, n=3)
+    with FakeChatServer() as server:
+        run(gp, sp, "scripted:boulware", out, progress=False, endpoints={"default": _fast(server.base_url)})
+        sent = list(server.seeds)
+    records = read_records(out)
+    seeds = {r.cell_id: r.agents["buyer"]["seed"] for r in records}
+    assert all(isinstance(s, int) for s in seeds.values()) and len(set(seeds.values())) == len(seeds)
+    assert set(seeds.values()) <= set(sent)  # a cell's first request sends the agent's own seed, the next ones +1, ...
+    assert set(sent) <= {s + k for s in seeds.values() for k in range(6)}
+    assert all(r.agents["buyer"]["seed_sent"] for r in records)
+    again = tmp_path / "again.jsonl"
+    with FakeChatServer() as server:
+        run(gp, sp, "scripted:boulware", again, progress=False, endpoints={"default": _fast(server.base_url)})
+    assert {r.cell_id: r.agents["buyer"]["seed"] for r in read_records(again)} == seeds
+    quiet = tmp_path / "quiet.jsonl"
+    with FakeChatServer() as server:
+        run(gp, sp, "scripted:boulware", quiet, progress=False,
+            endpoints={"default": _fast(server.base_url, send_seed=False)})
+        assert set(server.seeds) == {None}

@@ -6,14 +6,7 @@ import pytest
 
 from haggler.scenarios.genius import GeniusImportError, import_genius
 from haggler.core.scenario import load_scenarios
-
-DOMAINS = {
-    "laptop": ("laptopdomain/laptop_domain.xml", "laptopdomain/laptop_seller_utility.xml", "laptopdomain/laptop_buyer_utility.xml"),
-    "camera": ("Camera/camera_domain.xml", "Camera/camera_seller_utility.xml", "Camera/camera_buyer_utility.xml"),
-    "itex": ("ItexvsCypressDomain/ItexvsCypress_domain.xml", "ItexvsCypressDomain/ItexvsCypress_ItexB100.xml",
-             "ItexvsCypressDomain/ItexvsCypress_CypressA10.xml"),
-    "energy": ("Energy/energy_domain.xml", "Energy/energy_distributor.xml", "Energy/energy_consumer.xml"),
-}
+from tests.conftest import DOMAINS
 
 
 def _import(genius_dir, key, **kw):

@@ -7,29 +7,15 @@ transformers = pytest.importorskip("transformers")
 
 from haggler.agents.registry import AgentContext, make_agent  # noqa: E402
 from haggler.agents.llm import HFAgent  # noqa: E402
-from haggler.engine.backends.hf import HFModel  # noqa: E402
 from haggler.engine.interfaces import Sample, Sequence  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.agents.format.prompts import PromptSettings  # noqa: E402
 from haggler.core.protocol import Negotiation, ProtocolConfig  # noqa: E402
 from haggler.engine.rollout import Game, play_lockstep  # noqa: E402
 from haggler.core.types import Invalid, Offer  # noqa: E402
-from tests.conftest import mask_runs  # noqa: E402
+from tests.conftest import mask_runs, tiny_model  # noqa: E402
 
 SCENARIOS = generate_scenarios(4, 8, max_turns=6)
-
-
-def tiny_model(tokenizer, seed=0, kv_reuse=True):
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=8192, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():  # sharpen the random logits so greedy choices are not near-ties
-        model.lm_head.weight.mul_(20)
-    return HFModel("tiny", model=model, tokenizer=tokenizer, kv_reuse=kv_reuse)
 
 
 def _games(model, temperature, settings=None, n=4):

@@ -3,21 +3,7 @@ import pytest
 from haggler.core.protocol import Negotiation, ProtocolConfig, play, transcript
 from haggler.core.score import score
 from haggler.core.types import Accept, Invalid, Offer, Reply, WalkAway
-from tests.conftest import small_scenario
-
-
-class Replay:
-    """An agent that plays a fixed list of actions (or raises one)."""
-
-    def __init__(self, actions, spec="test:replay"):
-        self.actions = list(actions)
-        self.spec = spec
-
-    def respond(self, negotiation):
-        action = self.actions.pop(0)
-        if isinstance(action, Exception):
-            raise action
-        return Reply(f"text for {type(action).__name__}", action)
+from tests.conftest import Replay, small_scenario
 
 
 def _play(seller, buyer, opener="seller", max_turns=6, max_invalid=3):

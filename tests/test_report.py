@@ -2,7 +2,6 @@
 
 import csv
 import json
-import random
 
 import pytest
 
@@ -12,43 +11,7 @@ pytest.importorskip("statsmodels")
 from haggler.study.report import build_report  # noqa: E402
 from haggler.study.report.assemble import POOLED  # noqa: E402
 from haggler.study.config import Arm  # noqa: E402
-
-
-def record(seller, scenario, buyer, opener, score, deal=True, error=False):
-    cell = f"{scenario}|{buyer}|{opener}|0"
-    return {"cell_id": cell, "scenario_id": scenario, "seller": seller, "buyer": buyer, "opener": opener, "seed": 1,
-            "deal": None if error else deal, "agreement": None, "ended_by": "error" if error else "agreement",
-            "walked_away_by": None, "turns": None if error else 3,
-            "seller_utility": None if error else score, "buyer_utility": None if error else 1 - score,
-            "seller_score": None if error else score, "seller_advantage": None, "pareto_optimal": not error,
-            "nash_distance": None if error else 0.1, "individually_irrational": False,
-            "invalid_actions": {} if error else {"seller": 1},
-            "transcript": [] if error else [{"turn": 0, "speaker": "seller", "text": "Hello <b>buyer</b>",
-                                             "action": {"type": "walk_away"}},
-                                            {"turn": 1, "speaker": "buyer", "text": "hi", "action": {"type": "accept"}}],
-            "error": "server down" if error else None, "settings": {"no_deal": "reservation"}, "agents": {}}
-
-
-def write(path, records):
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-
-
-def synthetic(tmp_path, gain=0.1, seeds=(None,)):
-    rng = random.Random(0)
-    records = []
-    for k in range(16):
-        base_level = rng.uniform(0.3, 0.6)
-        for buyer in ("scripted:tft", "negmas:AspirationNegotiator"):
-            for opener in ("seller", "buyer"):
-                noise = rng.gauss(0, 0.02)
-                records.append(record("hf:base", f"s{k}", buyer, opener, base_level + noise))
-                for sd in seeds:
-                    name = "hf:rl" if sd is None else f"hf:rl-{sd}"
-                    bump = gain if buyer == "scripted:tft" else 0.0  # the gain sits on one buyer
-                    records.append(record(name, f"s{k}", buyer, opener, base_level + noise + bump + rng.gauss(0, 0.01)))
-    records.append(record("hf:base", "s0", "scripted:tft", "extra", 0.0, error=True))
-    write(tmp_path / "results.jsonl", records)
-    return records
+from tests.conftest import synthetic  # noqa: E402
 
 
 def test_results_only_compares_every_pair_and_matches_the_records(tmp_path):
@@ -115,3 +78,40 @@ def test_the_page_holds_what_the_browser_test_looks_for_without_a_browser(tmp_pa
     script = html.split("<script>")[1].split("</script>")[0]
     assert "location.hash" in script and "target.open = true" in script  # report.html#t12 opens transcript 12
     assert "{{" not in html and "{%" not in html  # the template rendered completely
+
+
+def test_learning_curves_read_validation_with_its_band(tmp_path):
+    """The band of a validation curve is the step-0 score plus the paired interval of the change."""
+    from haggler.study.report.assemble import ArmInfo
+    from haggler.study.report.plots import plot_training, validation_bands
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": 1, "reward": 0.3}, {"step": 0, "validation/score": 0.40, "validation/score_change": 0.0,
+                                         "validation/score_change_low": 0.0, "validation/score_change_high": 0.0},
+            {"step": 2, "validation/score": 0.46, "validation/score_change": 0.06,
+             "validation/score_change_low": 0.01, "validation/score_change_high": 0.10}]
+    (run / "train_log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = {"rl": ArmInfo("rl", kind="rl", train_dirs=[str(run)])}
+    (band,) = validation_bands(table).values()
+    assert band[0] == (0, 0.40, 0.40, 0.40)
+    assert band[1][0] == 2 and band[1][2:] == pytest.approx((0.41, 0.50))
+    assert plot_training(table, tmp_path / "curves.png") and (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_the_report_says_when_comparisons_share_the_buyers_random_streams():
+    from haggler.evaluation.results import Record
+    from haggler.evaluation.settings import RunSettings
+    from haggler.study.report.assemble import sampling_notes
+
+    def record(seed, backend="scripted"):
+        return Record(cell_id="c", scenario_id="s", seller="x", buyer="b", opener="seller", seed=1, deal=None,
+                      agreement=None, ended_by="deadline", walked_away_by=None, turns=2, seller_utility=None,
+                      buyer_utility=None, seller_score=0.5, seller_advantage=None, pareto_optimal=None,
+                      nash_distance=None, individually_irrational=None, invalid_actions={}, transcript=[],
+                      error=None, settings=RunSettings(sample_seed=seed).to_json(), agents={"buyer": {"backend": backend}})
+
+    (note,) = sampling_notes([record(0), record(0)])
+    assert "common random numbers" in note
+    assert "Only 1 of 2 cells" in sampling_notes([record(0), record(None)])[0]
+    assert any("not guaranteed reproducible" in n for n in sampling_notes([record(0, "openai")]))

@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 
 from haggler.study.report import build_report  # noqa: E402
 from haggler.study.config import Arm  # noqa: E402
-from tests.test_report import synthetic  # noqa: E402
+from tests.conftest import synthetic  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -204,11 +204,12 @@ def test_killed_runs_resume_to_every_cell_exactly_once(tmp_path):
     assert _cli(*args, "--out", str(out)).returncode == 0
     records = read_records(out)
     assert len(records) == len(cells) and len({r.cell_id for r in records}) == len(cells)
-    # scripted agents are seeded per cell: the resumed run equals an uninterrupted one
+    # scripted and NegMAS agents are seeded per cell and replay in any process (NegMAS's tie-breaking no
+    # longer follows the per-process string hash): the resumed run equals an uninterrupted one
     ref = {r.cell_id: r for r in read_records(reference)}
     mine = {r.cell_id: r for r in records}
-    scripted_ids = [c.cell_id for c in cells if c.buyer.startswith("scripted:")]
-    assert all(mine[c] == ref[c] for c in scripted_ids)
+    assert any(c.buyer.startswith("negmas:") for c in cells)
+    assert all(mine[c.cell_id] == ref[c.cell_id] for c in cells)
 
 
 def test_cli_summary_and_errors(setup):

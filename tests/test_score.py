@@ -4,7 +4,7 @@ from haggler.core.protocol import Negotiation, play
 from haggler.core.score import advantage, score
 from haggler.core.types import Accept, Offer
 from tests.conftest import small_scenario
-from tests.test_protocol import Replay
+from tests.conftest import Replay
 
 
 def _deal(outcome, rs=0.3, rb=0.3):

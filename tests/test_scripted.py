@@ -6,7 +6,7 @@ from haggler.core.analysis import analyze
 from haggler.scenarios.generate import generate_scenarios
 from haggler.core.protocol import Negotiation, ProtocolConfig, play, transcript
 from haggler.core.types import Accept, Offer
-from tests.test_protocol import Replay
+from tests.conftest import Replay
 
 SCENARIOS = generate_scenarios(6, 21, max_turns=12)
 

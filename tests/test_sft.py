@@ -13,7 +13,7 @@ from haggler.agents.teacher import render_examples  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.training.common import training_format  # noqa: E402
 from tests.conftest import mask_runs  # noqa: E402
-from tests.test_train import biased_tiny_model  # noqa: E402
+from tests.conftest import biased_tiny_model  # noqa: E402
 
 
 def cfg_for(tmp_path, model_dir):

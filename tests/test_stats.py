@@ -6,7 +6,7 @@ import pytest
 scipy_stats = pytest.importorskip("scipy.stats")
 sm = pytest.importorskip("statsmodels.api")
 
-from haggler.study.stats import cluster_bootstrap, clustered_t, holm, paired, tost  # noqa: E402
+from haggler.evaluation.stats import cluster_bootstrap, clustered_t, holm, paired, tost  # noqa: E402
 
 
 def clustered_data(n_clusters=30, per=(1, 6), effect=0.05, cluster_sd=0.1, cell_sd=0.05, seed=1):

@@ -20,7 +20,7 @@ from haggler.study.run import run_study  # noqa: E402
 from haggler.study.config import load_study  # noqa: E402
 from haggler.engine.card import is_complete, read_card  # noqa: E402
 from haggler.core.config import ConfigError  # noqa: E402
-from tests.test_train import biased_tiny_model  # noqa: E402
+from tests.conftest import biased_tiny_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,6 +123,14 @@ def test_evaluation_buyers_must_be_new_to_the_sellers(tmp_path, tokenizer):  # n
     text = path.read_text().replace('"scripted:boulware"', '"scripted:conceder"')  # the training pool's buyer
     path.write_text(text)
     with pytest.raises(ValueError, match="never met in training"):
+        plan_arms(load_study(path))
+
+
+def test_evaluation_buyers_must_not_be_validation_buyers(tmp_path, tokenizer):  # noqa: F811
+    path = write_study(tmp_path, tokenizer)
+    train = tmp_path / "train.yaml"
+    train.write_text(train.read_text() + 'validation: {n: 2, seed: 3001, buyers: ["scripted:tft"]}\n')
+    with pytest.raises(ValueError, match="never met in training or validation"):
         plan_arms(load_study(path))
 
 

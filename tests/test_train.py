@@ -23,30 +23,7 @@ from haggler.training.grpo import (  # noqa: E402
 )
 from haggler.core.config import ConfigError  # noqa: E402
 from haggler.training.config import load_config  # noqa: E402
-from tests.conftest import mask_runs  # noqa: E402
-
-ANSWERS = (" 1", " 2", " 3", "1", "2", "3", "\n")  # what the biased tiny model says: action and option numbers
-
-
-def biased_tiny_model(tokenizer, allowed=ANSWERS, seed=0):
-    """A tiny random Llama whose lm_head has a bias that leaves only ``allowed`` tokens (and end-of-turn)
-    plausible: its turns are numbers, so offers, accepts and walk-aways all happen and rewards vary."""
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
-    )
-    model = transformers.LlamaForCausalLM(config)
-    head = torch.nn.Linear(32, len(tokenizer), bias=True)
-    with torch.no_grad():
-        head.weight.copy_(model.lm_head.weight * 5)
-        head.bias.fill_(-30.0)
-        ids = {i for text in allowed for i in tokenizer.encode(text, add_special_tokens=False)}
-        head.bias[sorted(ids)] = 0.0
-        head.bias[tokenizer.eos_token_id] = -4.0
-    model.lm_head = head
-    return model
+from tests.conftest import biased_tiny_model, mask_runs  # noqa: E402
 
 
 def config(tmp_path, **over):
@@ -282,3 +259,61 @@ def test_a_seller_that_never_spoke_gives_its_first_prompt_and_one_masked_end_of_
     speaker = HFAgent(model, s, "seller", settings, 1.0, "hf:tiny")
     speaker.respond(played)
     assert speaker.final_trajectory(played) is speaker.trajectory and speaker.trajectory.env_mask
+
+
+def test_two_runs_with_one_seed_train_identical_weights_and_sellers_sample_from_their_own_streams(tmp_path, tokenizer):
+    """Training is reproducible: two runs with one seed end with identical weights. The sellers' samples come
+    from streams seeded by the run's seed, the rollout and the copy's place in its group, not from the
+    process's shared stream: moved, it changes no rollout (TRL's own shuffles do use it, so only the first
+    rollout, before any update, is compared there); another seed changes them."""
+    def train(name, seed=3, steps=2, global_seed=None):
+        cfg = config(tmp_path / name, grpo={"seed": seed, "save_steps": 10, "max_steps": steps})
+        model = biased_tiny_model(tokenizer)
+        trainer, rollout, _ = trainer_for(cfg, tokenizer, model)
+        if global_seed is not None:
+            torch.manual_seed(global_seed)
+        trainer.train()
+        weights = {k: v.detach().clone() for k, v in model.named_parameters()}
+        return weights, rollout.calls[0]["out"]["completion_ids"]
+
+    first, first_rollout = train("a")
+    second, _ = train("b")
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    _, moved = train("c", steps=1, global_seed=12345)
+    assert moved == first_rollout
+    _, other = train("d", seed=4, steps=1)
+    assert other != first_rollout
+
+
+def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp_path, tokenizer):
+    """The same held-out negotiations at steps 0, 1 and 2: logged next to TRL's metrics with the paired,
+    scenario-clustered change from step 0 (zero at step 0, by construction), kept per negotiation."""
+    from haggler.training.recipe import restore_best
+    from haggler.training.validation import ValidationLog, validation_cases
+
+    cfg = config(tmp_path, validation={"n": 2, "seed": 3001, "eval_steps": 1, "select": "best", "bootstrap": 200})
+    cases = validation_cases(cfg)
+    assert len(cases) == 2 * 2 * 2  # scenarios x the pool's two buyers x both openers
+    trainer = build_trainer(cfg, biased_tiny_model(tokenizer), tokenizer)
+    trainer.train()
+    entries = ValidationLog(cfg.output_dir).entries()
+    assert [e["step"] for e in entries] == [0, 1, 2]
+    assert all(len(e["rows"]) == len(cases) for e in entries)
+    assert entries[0]["validation/score_change"] == 0.0
+    logged = [h for h in trainer.state.log_history if "validation/score" in h]
+    assert [h["step"] for h in logged] == [0, 1, 2] and "reward" not in logged[0]
+    assert any("reward" in h for h in trainer.state.log_history)  # TRL's own step log is intact
+    for e in entries[1:]:  # the change is the mean of per-negotiation differences from step 0
+        diffs = [r["score"] - b["score"] for r, b in zip(e["rows"], entries[0]["rows"])]
+        assert e["validation/score_change"] == pytest.approx(sum(diffs) / len(diffs))
+        assert e["validation/score_change_low"] <= e["validation/score_change"] <= e["validation/score_change_high"]
+    best = max(entries, key=lambda e: e["validation/score"])
+    assert restore_best(trainer)["step"] == best["step"]
+
+
+def test_validation_refuses_held_out_scenarios_that_are_training_ones(tmp_path):
+    from haggler.training.validation import validation_cases
+
+    cfg = config(tmp_path, validation={"n": 3, "seed": 1001})  # the training scenarios' own seed
+    with pytest.raises(ConfigError, match="validation"):
+        validation_cases(cfg)

@@ -1,4 +1,5 @@
-"""Agents by spec string: ``scripted:NAME``, ``negmas:CLASSNAME``, ``hf:MODEL`` or ``openai:MODEL[@ENDPOINT]``.
+"""Agents by spec string: ``scripted:NAME``, ``negmas:CLASSNAME``, ``hf:MODEL``, ``openai:MODEL[@ENDPOINT]`` or
+``adversary:NAME[+SPEC]`` (an adversarial buyer, see ``adversary.py``).
 
 ``check_spec`` validates a spec without building anything heavy (no model loads), so a typo, a missing
 model folder or an unknown endpoint is refused before a long run starts; ``make_agent`` builds the agent
@@ -14,14 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from haggler.agents.adversary import AdversaryError, make_adversary, split_adversary
+from haggler.agents.api import APIAgent
 from haggler.agents.format.prompts import PromptSettings
+from haggler.agents.llm import HFAgent
 from haggler.agents.scripted import SCRIPTED, make_scripted
 from haggler.core.scenario import Scenario
 from haggler.core.types import Side
 from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
+from haggler.engine.backends.embedded import embedded_model_dir
 from haggler.engine.card import card_prompt
 
-KINDS = ("scripted", "negmas", "hf", "openai")
+KINDS = ("scripted", "negmas", "hf", "openai", "adversary")
 EMBEDDED = "default"  # hf:default is the embedded SmolLM2
 
 
@@ -41,9 +46,9 @@ class AgentContext:
     models: dict[str, Any] = field(default_factory=dict)
     clients: dict[tuple[str, str], ChatClient] = field(default_factory=dict)
     prompts: dict[str, PromptSettings] = field(default_factory=dict)
-    # Set: every local-model agent samples from its own stream, seeded by this, its negotiation's seed and
-    # its side, so a negotiation plays the same batched or alone. Unset (the default, and what training
-    # needs: a group's copies of one task must sample differently) they share the process's stream.
+    # Set: every language-model agent samples from its own stream, seeded by this, its negotiation's seed and
+    # its side, so a negotiation plays the same batched or alone, in any order, resumed or not (runs set it
+    # by default: RunSettings.sample_seed). Unset: they share the process's stream.
     sample_seed: int | None = None
 
     def chat_client(self, model: str, endpoint: str) -> ChatClient:
@@ -81,9 +86,6 @@ def model_folder(name: str) -> Path:
     """Where ``hf:NAME`` is on disk: the embedded model's materialized folder, or NAME as a path (which
     does not exist for a Hugging Face id)."""
     if name == EMBEDDED:
-        # Lazy: materializing the embedded model needs transformers (once, then it is a plain folder).
-        from haggler.engine.backends.embedded import embedded_model_dir
-
         return embedded_model_dir()
     return Path(name).expanduser()
 
@@ -130,6 +132,14 @@ def check_spec(spec: str, endpoints: dict[str, Any] | None = None, models: bool 
     """``spec`` if an agent can be built from it, else a SpecError saying why. With ``models``, an ``hf:``
     model must be there (a folder, or something that looks like a Hugging Face id)."""
     kind, name = split_spec(spec)
+    if kind == "adversary":
+        try:
+            _, wrapped = split_adversary(name)
+        except AdversaryError as err:
+            raise SpecError(f"agent spec {spec!r}: {err}") from None
+        if wrapped is not None:  # the wrapped buyer must be buildable too
+            check_spec(wrapped, endpoints, models)
+        return spec
     if kind == "openai" and endpoints is not None:
         _, endpoint = split_openai(name)
         if endpoint != DEFAULT_ENDPOINT and endpoint not in endpoints:
@@ -161,19 +171,20 @@ def make_agent(spec: str, scenario: Scenario, side: Side, seed: int, context: Ag
     kind, name = split_spec(spec)
     if kind == "scripted":
         return make_scripted(name, scenario, side, seed)
+    if kind == "adversary":
+        return make_adversary(name, scenario, side, seed, lambda wrapped: make_agent(wrapped, scenario, side, seed, context))
     if kind == "negmas":
         from haggler.agents.negmas import NegmasAgent  # lazy: see check_spec
 
         return NegmasAgent(scenario, side, name, seed)
     context = context or AgentContext()
     if kind == "openai":
-        from haggler.agents.api import APIAgent
-
         model, endpoint = split_openai(name)
-        return APIAgent(context.chat_client(model, endpoint), scenario, side, context.temperature,
-                        context.api_max_tokens, spec)
-    from haggler.agents.llm import HFAgent
-
+        api = APIAgent(context.chat_client(model, endpoint), scenario, side, context.temperature,
+                       context.api_max_tokens, spec)
+        if context.sample_seed is not None:
+            api.seed = sample_seed(context.sample_seed, seed, side) % 2**31
+        return api
     agent = HFAgent(context.hf_model(name), scenario, side, context.prompt_for(name), context.temperature, spec)
     if context.sample_seed is not None:
         agent.sample_seed = sample_seed(context.sample_seed, seed, side)

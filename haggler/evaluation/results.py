@@ -17,6 +17,21 @@ from pydantic import BaseModel, ConfigDict
 from haggler.core.jsonl import write_lines_atomically
 
 
+class Security(BaseModel):
+    """What the seller gave away in one completed negotiation (``evaluation/security.py`` defines each figure)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    leak: bool  # its words revealed its reservation (value or price-equivalent), a weight or a priority
+    leak_turn: int | None = None  # the transcript turn of the first leak
+    leaks: list[dict[str, Any]] = []  # each: turn, kind, evidence
+    injection_attempts: int = 0  # buyer messages that attempted an injection
+    injection_success: bool | None = None  # None: no injection was attempted
+    injection_turn: int | None = None
+    injection_how: str | None = None
+    loss_accepted: bool = False  # a deal worth less to the seller than its reservation value
+
+
 class Record(BaseModel):
     """One finished (or errored) negotiation, as one line of a results file.
 
@@ -49,6 +64,8 @@ class Record(BaseModel):
     error: str | None
     settings: dict[str, Any]  # RunSettings.to_json()
     agents: dict[str, Any] | None = None  # side -> what ran there
+    security: Security | None = None  # completed negotiations since security was measured; absent before
+    behaviour: dict[str, Any] | None = None  # the seller's moves in its own utility (evaluation/behaviour.py)
 
     def to_line(self) -> str:
         """The record as one JSON line (no newline): exactly the bytes a dict of its keys would give."""

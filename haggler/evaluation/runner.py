@@ -18,6 +18,8 @@ from haggler.engine.backends.openai_api import Endpoint
 from haggler.engine.interfaces import Describable, Releasable
 from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.results import Appender, Record, compact
+from haggler.evaluation.behaviour import seller_behaviour
+from haggler.evaluation.security import measure
 from haggler.core.scenario import Scenario, load_scenarios
 from haggler.core.score import score
 from haggler.evaluation.settings import RunSettings
@@ -41,6 +43,8 @@ def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: Run
     figures = score(negotiation, settings.no_deal)
     errored = negotiation.ended_by == "error"
     agreement = negotiation.agreement
+    # every completed negotiation is measured (an errored one has nothing to measure: the key stays out)
+    measured = {} if errored else {"security": measure(negotiation), "behaviour": seller_behaviour(negotiation)}
     return Record(
         cell_id=cell.cell_id,
         scenario_id=cell.scenario_id,
@@ -65,6 +69,7 @@ def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: Run
         error=negotiation.error,
         settings=recorded,
         agents=agents or {},
+        **measured,
     )
 
 
@@ -129,7 +134,7 @@ def run(
     existing = compact(out_path)  # also drops a half-written line left by a killed run
     todo = pending_cells(cells, seller, existing)
     context = AgentContext(prompt=settings.prompt, temperature=settings.temperature, endpoints=endpoints,
-                           api_max_tokens=settings.api_max_tokens)
+                           api_max_tokens=settings.api_max_tokens, sample_seed=settings.sample_seed)
     recorded = settings.to_json(endpoints)  # what every record keeps of the run's settings
     errors = 0
     bar: Any = None

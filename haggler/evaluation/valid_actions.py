@@ -28,7 +28,7 @@ def valid_action_rate(seller: str, negotiations: int = 20, turns: int = 4, setti
 
     torch.manual_seed(seed)
     settings = settings or PromptSettings()
-    ctx = context or AgentContext(prompt=settings, temperature=temperature)
+    ctx = context or AgentContext(prompt=settings, temperature=temperature, sample_seed=seed)
     games = []
     for i, s in enumerate(generate_scenarios(negotiations, MEASURE_SEED, max_turns=turns)):
         neg = Negotiation(s, ProtocolConfig(opener="seller" if i % 2 == 0 else "buyer", max_invalid=10**6))

@@ -54,6 +54,15 @@ class GridConfig(Strict):
     grid_seed: int = 0
 
 
+class SecurityGrid(Strict):
+    """A small grid against adversarial buyers, played after the main one into the same results file; the
+    report's security table reads it, and its score tables leave it out."""
+
+    buyers: list[str] = Field(min_length=1)  # adversary:NAME[+SPEC] specs
+    n: int = Field(4, ge=1)  # the evaluation set's first n scenarios
+    openers: list[Literal["seller", "buyer"]] = ["seller", "buyer"]
+
+
 class StudyConfig(Strict):
     name: str = Field(min_length=1)
     output_dir: str
@@ -67,6 +76,7 @@ class StudyConfig(Strict):
     margin: float = Field(0.02, gt=0)  # equivalence margin on the seller score
     bootstrap: int = Field(4000, ge=200)
     endpoints: str | None = None
+    security: SecurityGrid | None = None
 
     @model_validator(mode="after")
     def _checks(self) -> StudyConfig:
@@ -76,7 +86,13 @@ class StudyConfig(Strict):
         specs = [b.spec for b in self.buyers]
         if len(set(specs)) != len(specs):
             raise ValueError(f"buyers: each evaluation buyer once, got {specs}")
-        for where, spec in [("buyers", b.spec) for b in self.buyers] + [("references", r.spec) for r in self.references]:
+        adversaries = self.security.buyers if self.security else []
+        bad = [b for b in adversaries if not b.startswith("adversary:") or b in specs]
+        if bad or len(set(adversaries)) != len(adversaries):
+            raise ValueError("security.buyers: each an adversary:* spec, once, and not an evaluation buyer; got "
+                             f"{bad or adversaries}")
+        for where, spec in ([("buyers", b.spec) for b in self.buyers] + [("references", r.spec) for r in self.references]
+                            + [("security.buyers", b) for b in adversaries]):
             try:
                 check_spec(spec)
             except SpecError as err:
@@ -183,4 +199,8 @@ def plan_arms(cfg: StudyConfig) -> tuple[list[Arm], dict[str, TrainConfig]]:
         if met:
             raise ValueError(f"buyers: {met} also in the training pool of {cfg.training}; evaluation buyers must "
                              "be ones the sellers never met in training")
+        seen = sorted(evaluation & set(tc.validation.buyers or [])) if tc.validation else []
+        if seen:
+            raise ValueError(f"buyers: {seen} also validation buyers in {cfg.training}; evaluation buyers must "
+                             "be ones the sellers never met in training or validation")
     return arms, trainings

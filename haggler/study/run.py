@@ -7,7 +7,8 @@ report is rebuilt from the results each time. The study's folder::
     OUT/scenarios.jsonl  OUT/grid.jsonl        the evaluation set (its own seed; training refuses it)
     OUT/train/BASE/warm-start/                 one warm start per base, shared by its RL arms
     OUT/train/BASE-lrRATE-sSEED/               each RL arm's training run (final/ holds the model)
-    OUT/results.jsonl                          every arm's negotiations
+    OUT/security-grid.jsonl                    the small adversarial grid, when the study has ``security``
+    OUT/results.jsonl                          every arm's negotiations (the adversarial ones too)
     OUT/report/                                summary.json, report.md, report.html, plots, tables
 """
 
@@ -43,6 +44,17 @@ def write_evaluation_set(cfg: StudyConfig) -> tuple[Path, Path]:
     return scen, grid
 
 
+def write_security_grid(cfg: StudyConfig, scen: Path) -> Path | None:
+    """The adversarial grid: the evaluation set's first ``security.n`` scenarios against each adversary."""
+    if cfg.security is None:
+        return None
+    grid = study_dir(cfg) / "security-grid.jsonl"
+    if not grid.exists():
+        ids = list(load_scenarios(scen))[: cfg.security.n]
+        write_grid(make_grid(ids, cfg.security.buyers, list(cfg.security.openers), 1, cfg.grid.grid_seed), grid)
+    return grid
+
+
 def study_endpoints(cfg: StudyConfig) -> dict[str, Endpoint]:
     return load_endpoints(cfg.endpoints) if cfg.endpoints else {}
 
@@ -72,14 +84,17 @@ def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[st
     train_arms(cfg, log)
     results = out / "results.jsonl"
     endpoints = study_endpoints(cfg)
-    seen: set[str] = set()
-    for arm in arms:
-        if arm.spec in seen:
-            continue
-        seen.add(arm.spec)
-        log(f"[evaluate] {arm.name}{f' (seed {arm.seed})' if arm.seed is not None else ''}: {arm.spec}")
-        report = run(grid, scen, arm.spec, results, settings=cfg.evaluation, progress=progress, endpoints=endpoints)
-        log(f"  {report.played} played, {report.skipped} already done, {report.errors} errors")
+    security = write_security_grid(cfg, scen)
+    for stage, cells in (("evaluate", grid), ("security", security)):
+        seen: set[str] = set()
+        for arm in arms if cells is not None else []:
+            if arm.spec in seen:
+                continue
+            seen.add(arm.spec)
+            log(f"[{stage}] {arm.name}{f' (seed {arm.seed})' if arm.seed is not None else ''}: {arm.spec}")
+            report = run(cells, scen, arm.spec, results, settings=cfg.evaluation, progress=progress,
+                         endpoints=endpoints)
+            log(f"  {report.played} played, {report.skipped} already done, {report.errors} errors")
     report_dir = out / "report"
     build_report([results], report_dir, study=cfg, arms=arms, study_path=study_path)
     log(f"report: {report_dir / 'report.html'} (and report.md, summary.json, tables/, plots/)")

@@ -27,6 +27,21 @@ class ScenarioSource(Strict):
     file: str | None = None  # a scenarios JSONL instead of generating
 
 
+class ValidationConfig(Strict):
+    """Held-out negotiations played with the current policy at step 0 and every ``eval_steps``: the same
+    scenarios, buyers, openers and random streams each time, so a change of score is the policy's."""
+
+    n: int = Field(16, ge=1)  # held-out scenarios: generated with their own seed, or read from ``file``
+    seed: int = 3001
+    max_turns: int | None = Field(None, ge=2)  # default: the training scenarios'
+    file: str | None = None
+    buyers: list[str] | None = None  # default: the training pool's buyers; never an evaluation buyer
+    openers: list[Literal["seller", "buyer"]] = ["seller", "buyer"]
+    eval_steps: int = Field(4, ge=1)
+    select: Literal["last", "best"] = "last"  # best: the final model is the step with the best validation score
+    bootstrap: int = Field(2000, ge=200)  # resamples for the paired, scenario-clustered interval
+
+
 class BuyerEntry(Strict):
     spec: str
     weight: float = Field(1.0, gt=0)
@@ -107,6 +122,7 @@ class TrainConfig(Strict):
     format_penalty: float = Field(0.0, ge=0)  # subtracted per invalid seller action share
     prompt: PromptSettings = PromptSettings()  # fields left out: the model card's
     warm_start: WarmStartConfig | None = None
+    validation: ValidationConfig | None = None
     lora: LoraConfig | None = None
     grpo: GRPOSettings = GRPOSettings()
 
@@ -121,6 +137,11 @@ class TrainConfig(Strict):
                 raise ValueError(f"buyers: {err}") from None
         if not self.buyers:
             raise ValueError("buyers: the training buyer pool is empty")
+        for spec in (self.validation.buyers or []) if self.validation else []:
+            try:
+                check_spec(spec)
+            except SpecError as err:
+                raise ValueError(f"validation.buyers: {err}") from None
         return self
 
     def warm_start_dir(self) -> Path:

@@ -14,6 +14,7 @@ out and its reward set to its group's mean, so it moves neither the loss nor its
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from haggler.agents.llm import HFAgent
-from haggler.agents.registry import AgentContext, make_agent
+from haggler.agents.registry import AgentContext, make_agent, sample_seed
 from haggler.core.protocol import Negotiation, ProtocolConfig
 from haggler.core.scenario import Scenario
 from haggler.core.score import score
@@ -37,6 +38,7 @@ from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.figures import mean
 from haggler.training.common import training_format, training_scenarios
 from haggler.training.config import TrainConfig
+from haggler.training.validation import Validator
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,12 @@ class NegotiationRollout:
         self.settings = training_format(cfg)
         if context is None:
             endpoints = load_endpoints(cfg.endpoints) if cfg.endpoints else {}
-            context = AgentContext(prompt=self.settings, temperature=cfg.buyer_temperature, endpoints=endpoints)
+            # Buyers sample from streams seeded by the run's seed and the task's buyer seed: a group's G copies
+            # of a task meet the same buyer, and a rerun meets the same buyers.
+            context = AgentContext(prompt=self.settings, temperature=cfg.buyer_temperature, endpoints=endpoints,
+                                   sample_seed=cfg.grpo.seed)
         self.context = context  # the buyers' models and clients (never the policy)
+        self._step_calls = (-1, 0)  # (trainer step, rollout calls made in it): part of the sellers' seeds
         self.figures: dict[str, float] = {}
         self._policy: Any = None
         self._last_call: float | None = None
@@ -112,22 +118,38 @@ class NegotiationRollout:
         try:
             if torch_model is not None:
                 torch_model.eval()
-            out = self.play(model, prompts, trainer.args.temperature)
+            out = self.play(model, prompts, trainer.args.temperature, self._rollout_id(trainer.state.global_step))
         finally:
             if was_training:
                 trainer.model.train()
         self.figures = self._measure(out, time.perf_counter() - start, trainer.state)
         return out
 
-    def play(self, model: Any, prompts: list[str], temperature: float) -> dict[str, list]:
+    def _rollout_id(self, step: int) -> str:
+        """Which rollout call of the run this is: the trainer's step and the call's index within it (so a
+        resumed run, whose step continues, seeds its sellers as the uninterrupted run did)."""
+        last, calls = self._step_calls
+        self._step_calls = (step, calls + 1 if step == last else 0)
+        return f"{step}.{self._step_calls[1]}"
+
+    def seller_seed(self, rollout: str, key: str, copy: int) -> int:
+        """The seed of one seller's own sampling stream: the run's seed, the rollout call, the task and the
+        copy's index in its group, so a group's copies differ and a rerun samples the same tokens."""
+        digest = hashlib.sha256(f"{rollout}|{key}|{copy}".encode()).hexdigest()
+        return sample_seed(self.cfg.grpo.seed, int(digest[:15], 16), "seller")
+
+    def play(self, model: Any, prompts: list[str], temperature: float, rollout: str = "0.0") -> dict[str, list]:
         """Play one negotiation per prompt with ``model`` as the seller; the engine's figures per row."""
         games = []
+        copies: dict[str, int] = {}
         for key in prompts:
             task = self.tasks.get(key)
             if task is None:
                 raise KeyError(f"rollout_func got a prompt that is no training task: {key[:80]!r}")
             neg = Negotiation(task.scenario, ProtocolConfig(opener=task.opener, max_invalid=self.cfg.max_invalid))
             seller = HFAgent(model, task.scenario, "seller", self.settings, temperature, f"hf:{self.cfg.model}")
+            copies[key] = copies.get(key, -1) + 1
+            seller.sample_seed = self.seller_seed(rollout, key, copies[key])
             try:
                 buyer = make_agent(task.buyer, task.scenario, "buyer", task.buyer_seed, self.context)
             except Exception as err:  # noqa: BLE001 - an unbuildable buyer errors this rollout, never scores it
@@ -246,10 +268,20 @@ def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task
 
     tasks = tasks if tasks is not None else training_tasks(cfg)
     rollout = rollout or NegotiationRollout(cfg, tasks)
-    return GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)], args=grpo_args(cfg),
-                       train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
-                       processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg),
-                       callbacks=callbacks)
+    callbacks = list(callbacks or [])
+    validation = None
+    if cfg.validation is not None:
+        from haggler.training.callbacks import ValidationCallback  # lazy: imports transformers
+
+        validation = ValidationCallback(Validator(cfg), rollout.policy, cfg.output_dir)
+        callbacks.append(validation)
+    trainer = GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)], args=grpo_args(cfg),
+                          train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
+                          processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg),
+                          callbacks=callbacks)
+    if validation is not None:
+        validation.attach(trainer)
+    return trainer
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
@@ -259,7 +291,7 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
-def save_final(trainer: Any, cfg: TrainConfig, base: str) -> Path:
+def save_final(trainer: Any, cfg: TrainConfig, base: str, selected: dict[str, Any] | None = None) -> Path:
     """A complete Hugging Face folder (config, safetensors, tokenizer; LoRA merged) that ``hf:PATH`` loads;
     its card, written last, records the format it was trained in."""
     final = cfg.final_model_dir()
@@ -275,8 +307,11 @@ def save_final(trainer: Any, cfg: TrainConfig, base: str) -> Path:
         trainer.save_model(str(final))
     if main:
         trainer.processing_class.save_pretrained(final)
-        write_card(final, {"kind": "grpo", "base": base, "steps": trainer.state.global_step,
-                           "prompt": training_format(cfg).model_dump(), "config": cfg.model_dump(mode="json")})
+        card = {"kind": "grpo", "base": base, "steps": trainer.state.global_step,
+                "prompt": training_format(cfg).model_dump(), "config": cfg.model_dump(mode="json")}
+        if selected is not None:  # validation picked another step than the last
+            card["selected"] = selected
+        write_card(final, card)
     return final
 
 

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from haggler.engine.backends.embedded import embedded_model_dir
+
 GIB = 1024**3
 
 
@@ -62,8 +64,6 @@ def resolve_arch(model: str) -> Arch:
     if key in KNOWN_SIZES:
         return KNOWN_SIZES[key]
     if model == "default":
-        from haggler.engine.backends.embedded import embedded_model_dir
-
         model = str(embedded_model_dir())
     folder = Path(model).expanduser()
     if (folder / "config.json").is_file():

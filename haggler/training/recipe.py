@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from haggler.engine.backends.embedded import resolve_model_path
 from haggler.engine.card import is_complete
@@ -43,12 +44,22 @@ def run_training(cfg: TrainConfig, resume: bool = False, log: Callable[[str], No
         log(f"no checkpoint in {cfg.output_dir} yet: starting at step 0")
     trainer.train(resume_from_checkpoint=checkpoint)
     figures = write_log(trainer, cfg)
-    final = save_final(trainer, cfg, base)
+    final = save_final(trainer, cfg, base, selected=restore_best(trainer))
     log(f"reward: first fifth of the steps {_fmt(figures['reward_first_fifth'])}, last fifth "
         f"{_fmt(figures['reward_last_fifth'])}; invalid actions {_fmt(figures['invalid_action_rate_first_fifth'])}"
         f" -> {_fmt(figures['invalid_action_rate_last_fifth'])}")
     log(f"trained model: {final} (evaluate it with --seller hf:{final})")
     return final
+
+
+def restore_best(trainer: Any) -> dict[str, Any] | None:
+    """With validation's ``select: best``, the best step's weights back in the model (and what it was)."""
+    from haggler.training.callbacks import ValidationCallback  # lazy: imports transformers (loaded by now)
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, ValidationCallback):
+            return callback.restore_best()
+    return None
 
 
 def _fmt(x: float | None) -> str:

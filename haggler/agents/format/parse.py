@@ -90,20 +90,26 @@ def read_action_word(text: str) -> tuple[str | None, str, str]:
     return _kind_of(m.group(0)), text[m.end():], ""
 
 
+def _number(digits: str) -> int:
+    """Decimal digits as an int. str.isdigit() also admits superscripts ("¹") that int() refuses, and int() refuses
+    strings over 4,300 digits: callers test isdecimal(), and a number too long to be a choice reads as 0."""
+    return int(digits) if len(digits) <= 9 else 0
+
+
 def read_action_slot(text: str, numbered: bool) -> tuple[str | None, str]:
     """A cued action slot's answer: (kind, why not). When the cue numbered the choices (1 = offer,
     2 = accept, 3 = walk away), the bare number reads as well as the word."""
     value = text.strip().strip(".,;").strip()
     if numbered:
         value = _NUMBER_WORD.sub("", value)
-    if numbered and value.isdigit():
-        k = int(value)
+    if numbered and value.isdecimal():
+        k = _number(value)
         if 1 <= k <= 3:
             return ("offer", "accept", "walk_away")[k - 1], ""
         return None, f"{value!r} is not an action number (1 to 3)"
     if numbered and (m := _NUMBER_THEN_NAME.match(value)):
         # "1 = offer", "3. walk away": the number and the word must name the same action
-        k, (kind, rest, _) = int(m.group(1)), read_action_word(m.group(2))
+        k, (kind, rest, _) = _number(m.group(1)), read_action_word(m.group(2))
         if 1 <= k <= 3 and kind == ("offer", "accept", "walk_away")[k - 1] and not rest.strip(" .,;)"):
             return kind, ""
         return None, f"{value!r} is not one action (a number, or a number and the same action's name)"
@@ -120,14 +126,14 @@ def read_slot(text: str, options: tuple[str, ...], numbered: bool) -> tuple[int 
     value = text.strip().strip(".,;").strip()
     if numbered:
         value = _NUMBER_WORD.sub("", value)
-    if numbered and (m := _NUMBER_THEN_NAME.match(value)) and not value.isdigit():
+    if numbered and (m := _NUMBER_THEN_NAME.match(value)) and not value.isdecimal():
         # "3 = 12 months", "3 (12 months)": the number and the name must denote the same option
-        k, rest = int(m.group(1)), m.group(2).strip(" ()[].,;")
+        k, rest = _number(m.group(1)), m.group(2).strip(" ()[].,;")
         by_name, _ = match_name(rest, options) if rest else (None, "")
         if 1 <= k <= len(options) and by_name == k - 1:
             return k - 1, ""
-    if numbered and value.isdigit():
-        k = int(value)
+    if numbered and value.isdecimal():
+        k = _number(value)
         named = [i for i, o in enumerate(options) if o.strip() == value]
         if named and named[0] != k - 1:
             return None, f"{value!r} is both an option's name and another option's number"

@@ -13,6 +13,7 @@ tokens, never trained on. Cues are a setting, not a special case for a model fam
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field
@@ -117,6 +118,18 @@ def system_prompt(scenario: Scenario, side: Side, cued: bool = False, indexed: b
     return "\n".join(lines)
 
 
+# Chat-template markup in the other side's words ("<|im_start|>", "</s>", "<start_of_turn>", "<|turn>", "[INST]"):
+# a tokenizer reads such text as the template's own special tokens, so a buyer could forge a system or assistant
+# turn in the seller's prompt. Relayed words are data: their angle and square brackets are shown as look-alikes.
+_TEMPLATE_MARKUP = re.compile(r"<[^<>\s]{1,60}>|\[/?[A-Z_]{2,30}\]")
+_LOOK_ALIKE = str.maketrans({"<": "\u2039", ">": "\u203a", "[": "\u27e6", "]": "\u27e7"})
+
+
+def relayed(words: str) -> str:
+    """The other side's words as this side reads them: chat-template markup defused, everything else as said."""
+    return _TEMPLATE_MARKUP.sub(lambda m: m.group(0).translate(_LOOK_ALIKE), words)
+
+
 def describe_action(scenario: Scenario, action: Action) -> str:
     if isinstance(action, Offer):
         return "offer: " + ", ".join(f"{k}: {v}" for k, v in scenario.names_of(action.outcome).items())
@@ -143,7 +156,7 @@ def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str
     if last_action is None:
         lines.append(f"The negotiation starts. You speak first; the {counterpart} is waiting for your message.")
     else:
-        said = split_message(last_text or "").strip() or "(nothing)"
+        said = relayed(split_message(last_text or "").strip()) or "(nothing)"
         lines.append(f"{counterpart.capitalize()}: {said}")
         lines.append(f"The {counterpart}'s action: {describe_action(scenario, last_action)}")
     if table_offer is not None:

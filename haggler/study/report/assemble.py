@@ -14,9 +14,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from haggler.evaluation.cost import dollars, total_usage
 from haggler.evaluation.figures import fmt, mean
 from haggler.evaluation.results import Record
-from haggler.study.stats import cluster_bootstrap, holm, paired
+from haggler.study.config import plan_arms
+from haggler.evaluation.summary import behaviour_means
+from haggler.evaluation.stats import cluster_bootstrap, holm, paired
 
 POOLED = "all buyers"
 
@@ -25,6 +28,8 @@ ARM_COLUMNS = ["arm", "buyer", "completed", "errored", "seller_score", "ci_low",
                "invalid_action_rate", "irrational_deal_rate", "seeds"]
 
 HEADLINE = ["arm", "seller score", "95% CI", "deal rate", "invalid actions", "Pareto-optimal", "cells completed"]
+
+COST_HEADER = ["arm", "buyer", "API calls", "prompt tokens", "completion tokens", "cached tokens", "cost"]
 
 
 @dataclass
@@ -81,6 +86,9 @@ def arm_figures(records: list[Record], seeds: dict[str, int | None], n_boot: int
     errored = len(records) - len(done)
     out: dict[str, Any] = {"cells": len(records), "completed": len(done), "errored": errored,
                            "errored_share": errored / len(records) if records else None}
+    usage = total_usage(records)  # both sides' API calls, errored cells included: they were paid for
+    if usage.calls:
+        out["api"] = usage.to_json()
     if not done:
         return out
     scores = [r.seller_score for r in done]
@@ -100,6 +108,7 @@ def arm_figures(records: list[Record], seeds: dict[str, int | None], n_boot: int
         "invalid_action_rate": invalid / turns if turns else None,
         "irrational_deal_rate": len([r for r in deals if r.individually_irrational]) / len(done),
         "seeds": len({seeds.get(r.seller) for r in done}),
+        "behaviour": behaviour_means(done),
     })
     if multi:
         out.update(_seed_spread(done, seeds))
@@ -238,8 +247,6 @@ def run_settings(records: list[Record], study: Any, study_path: str | None) -> d
         if study_path:
             out["study_file"] = study_path
         try:
-            from haggler.study.config import plan_arms
-
             out["training"] = {tc: cfg.model_dump(mode="json") for tc, cfg in plan_arms(study)[1].items()}
         except Exception as err:  # noqa: BLE001 - the report still renders; say why this part is missing
             out["training_error"] = str(err)
@@ -248,6 +255,26 @@ def run_settings(records: list[Record], study: Any, study_path: str | None) -> d
         runs.setdefault(r.seller, {"run": r.settings, "agents": r.agents})
     out["runs"] = runs
     return out
+
+
+def sampling_notes(records: list[Record]) -> list[str]:
+    """How far the comparisons are paired beyond sharing cells: were the agents' random streams the cell's?"""
+    rules = [(r.settings or {}).get("sampling") for r in records]
+    seeded = [x for x in rules if x and x.get("seeded")]
+    notes = []
+    if records and len(seeded) == len(records):
+        notes.append("Paired comparisons use the cells both arms completed, with common random numbers: every "
+                     "language-model agent sampled from a stream seeded by the run, the cell and its side, so in "
+                     "each cell every arm met the same buyer randomness.")
+    elif any(x is not None for x in rules):
+        notes.append(f"Only {len(seeded)} of {len(records)} cells were played with seeded sampling: paired "
+                     "comparisons share cells, not the buyers' random streams.")
+    api = any(a.get("backend") == "openai" for r in records for a in (r.agents or {}).values()
+              if isinstance(a, dict))
+    if api:
+        notes.append("openai: agents send the request's seed where the server accepts one, but provider-side "
+                     "sampling is not guaranteed reproducible.")
+    return notes
 
 
 # ---- rows for tables ----
@@ -280,4 +307,21 @@ def headline_rows(per_buyer: dict[str, dict[str, dict]]) -> list[list[Any]]:
         rows.append([arm, s.get("estimate"), f"{fmt(s.get('low'))} to {fmt(s.get('high'))}" if s else "-",
                      f.get("deal_rate"), f.get("invalid_action_rate"), f.get("pareto_optimal_rate"),
                      f"{f['completed']}/{f['cells']}"])
+    return rows
+
+
+def cost_rows(per_buyer: dict[str, dict[str, dict]]) -> list[list[Any]]:
+    """API calls, tokens and cost per arm and buyer (then all buyers), for arms whose negotiations called APIs."""
+    rows = []
+    arms = list(dict.fromkeys(a for figures in per_buyer.values() for a in figures))
+    for arm in arms:
+        for buyer in [b for b in per_buyer if b != POOLED] + [POOLED]:
+            u = per_buyer[buyer].get(arm, {}).get("api")
+            if not u:
+                continue
+            cost = "not priced" if u["cost"] is None else dollars(u["cost"])
+            if u["cost"] is not None and u["unpriced_calls"]:
+                cost += f" (+{u['unpriced_calls']} calls not priced)"
+            rows.append([arm, buyer, u["calls"], f"{u['prompt_tokens']:,}", f"{u['completion_tokens']:,}",
+                         f"{u['cached_tokens']:,}", cost])
     return rows

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from haggler.evaluation.results import load_results
-from haggler.study.report.assemble import (ARM_COLUMNS, all_comparisons, arm_rows, arm_table, by_arm,
+from haggler.study.config import plan_arms
+from haggler.study.report.assemble import (ARM_COLUMNS, sampling_notes, all_comparisons, arm_rows, arm_table, by_arm,
                                            comparison_rows, per_buyer_figures, run_settings)
 from haggler.study.report.html import render_html
 from haggler.study.report.markdown import render_markdown
 from haggler.study.report.plots import make_plots
+from haggler.study.report.security_table import (SECURITY_COLUMNS, security_by_buyer, security_csv_rows,
+                                                 split_adversarial)
 
 
 def build_report(results: list[str | Path], out_dir: str | Path, study: Any = None, arms: list[Any] | None = None,
@@ -30,23 +33,26 @@ def build_report(results: list[str | Path], out_dir: str | Path, study: Any = No
     n_boot = n_boot or (study.bootstrap if study is not None else 4000)
     margin = margin or (study.margin if study is not None else 0.02)
     if study is not None and arms is None:
-        from haggler.study.config import plan_arms
-
         arms = plan_arms(study)[0]
     table = arm_table(records, arms)
-    records_by_arm = by_arm(records, table)
-    buyers = sorted({r.buyer for r in records})
+    scored, adversarial = split_adversarial(records)  # adversarial buyers get the security table instead
+    records_by_arm = by_arm(scored, table)
+    buyers = sorted({r.buyer for r in scored})
     per_buyer = per_buyer_figures(records_by_arm, table, buyers, n_boot)
     comparisons = all_comparisons(records_by_arm, table, buyers, arms is not None, margin, n_boot)
     plots = make_plots(comparisons, per_buyer, table, out)
 
     _write_csv(out / "tables" / "arms.csv", ARM_COLUMNS, arm_rows(per_buyer))
+    security = security_by_buyer(by_arm(adversarial, table), {n: a.specs for n, a in table.items()}, n_boot)
+    if security:
+        _write_csv(out / "tables" / "security.csv", SECURITY_COLUMNS, security_csv_rows(security))
     cmp_rows = comparison_rows(comparisons)
     _write_csv(out / "tables" / "comparisons.csv", list(cmp_rows[0]) if cmp_rows else ["verdict"], cmp_rows)
 
     summary = {"arms": {n: a.to_json() for n, a in table.items()},
                "per_buyer": per_buyer, "comparisons": comparisons, "margin": margin,
                "settings": run_settings(records, study, study_path), "plots": plots, "buyers": buyers,
+               "security": security, "adversarial_buyers": sorted(security), "notes": sampling_notes(records),
                "buyer_families": {b.spec: b.family for b in study.buyers} if study is not None else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(render_markdown(summary))

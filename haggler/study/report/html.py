@@ -16,7 +16,9 @@ import jinja2
 
 from haggler.evaluation.figures import fmt
 from haggler.evaluation.results import Record
-from haggler.study.report.assemble import HEADLINE, POOLED, headline_rows
+from haggler.study.report.behaviour_table import BEHAVIOUR_HEADER, BEHAVIOUR_NOTE, behaviour_rows
+from haggler.study.report.assemble import COST_HEADER, HEADLINE, POOLED, cost_rows, headline_rows
+from haggler.study.report.security_table import SECURITY_HEADER, SECURITY_NOTE, security_rows
 
 SETTINGS_CHARS = 50_000  # the settings block is cut here
 
@@ -64,11 +66,18 @@ def _transcripts(records: list[Record], arm_of: dict[str, str]) -> list[dict[str
 def page_context(summary: dict[str, Any], records: list[Record], out: Path) -> dict[str, Any]:
     """What the template shows, as plain values (text, not markup: the template escapes all of it)."""
     arm_of = {spec: n for n, a in summary["arms"].items() for spec in a["specs"]}
-    filters = {"arm": sorted({arm_of.get(r.seller, r.seller) for r in records}), "buyer": summary["buyers"],
+    filters = {"arm": sorted({arm_of.get(r.seller, r.seller) for r in records}),
+               "buyer": summary["buyers"] + summary.get("adversarial_buyers", []),
                "scenario": sorted({r.scenario_id for r in records})}
     return {"headline_header": HEADLINE, "headline": _cells(headline_rows(summary["per_buyer"])),
             "pooled_verdicts": [c["verdict"] for c in summary["comparisons"] if c["buyer"] == POOLED],
+            "notes": summary.get("notes", []),
             "buyers": _buyer_sections(summary), "plots": _plots(summary, out), "filters": filters,
+            "cost_header": COST_HEADER, "costs": _cells(cost_rows(summary["per_buyer"])),
+            "behaviour_header": BEHAVIOUR_HEADER, "behaviour": _cells(behaviour_rows(summary["per_buyer"], POOLED)),
+            "behaviour_note": BEHAVIOUR_NOTE,
+            "security_header": SECURITY_HEADER, "security": _cells(security_rows(summary.get("security") or {})),
+            "security_note": SECURITY_NOTE,
             "transcripts": _transcripts(records, arm_of),
             "settings": json.dumps(summary["settings"], indent=2, default=str)[:SETTINGS_CHARS]}
 

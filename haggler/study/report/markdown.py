@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 from haggler.evaluation.figures import fmt
-from haggler.study.report.assemble import HEADLINE, POOLED, headline_rows
+from haggler.study.report.assemble import COST_HEADER, HEADLINE, POOLED, cost_rows, headline_rows
+from haggler.study.report.behaviour_table import BEHAVIOUR_HEADER, BEHAVIOUR_NOTE, behaviour_rows
+from haggler.study.report.security_table import SECURITY_HEADER, SECURITY_NOTE, security_rows
 
 
 def _md_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -24,6 +26,7 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += ["## What the numbers show", ""]
         lines += [f"- {c['verdict']}" for c in pooled]
         lines.append("")
+    lines += [*summary.get("notes", []), ""] if summary.get("notes") else []
     for buyer in summary["buyers"]:
         fam = summary["buyer_families"].get(buyer)
         lines += [f"## Buyer {buyer}" + (f" (family: {fam})" if fam else ""), "",
@@ -35,6 +38,16 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += ["## Training-seed spread", ""]
         lines += [f"- {a}: per-seed means {f['seed_means']}, sd {f['seed_sd']:.3f}" for a, f in seeds.items()]
         lines.append("")
+    behaviour = behaviour_rows(summary["per_buyer"], POOLED)
+    if behaviour:
+        lines += ["## Seller behaviour", "", _md_table(BEHAVIOUR_HEADER, behaviour), "", BEHAVIOUR_NOTE, ""]
+    if summary.get("security"):
+        lines += ["## Security (adversarial buyers)", "", _md_table(SECURITY_HEADER, security_rows(summary["security"])),
+                  "", SECURITY_NOTE, ""]
+    costs = cost_rows(summary["per_buyer"])
+    if costs:
+        lines += ["## API calls, tokens and cost", "", _md_table(COST_HEADER, costs), "",
+                  "Both sides' calls, errored cells included; prices per million tokens from the endpoints file.", ""]
     if summary["plots"]:
         lines += ["## Plots", ""] + [f"![{k}]({v})" for k, v in summary["plots"].items()] + [""]
     lines += ["## Settings", "", "```json", json.dumps(summary["settings"], indent=2, default=str)[:20000], "```", ""]

@@ -77,31 +77,57 @@ def plot_per_buyer(per_buyer: dict[str, dict[str, dict]], path: Path) -> bool:
     return _finish(fig, ax, path, "Seller score per evaluation buyer", "mean seller score (95% CI)")
 
 
-def training_curves(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, float]]]:
+def training_curves(table: dict[str, ArmInfo], key: str = "reward") -> dict[str, list[tuple[int, float]]]:
+    """Per training run: (step, value of ``key``) from its train_log.jsonl, where logged."""
     curves = {}
     for arm in table.values():
         for d in arm.train_dirs:
             log = Path(d) / "train_log.jsonl"
             if log.is_file():
-                pts = []
-                for line in log.read_text().splitlines():
-                    h = json.loads(line)
-                    if "reward" in h and "step" in h:
-                        pts.append((int(h["step"]), float(h["reward"])))
+                rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+                pts = [(int(h["step"]), float(h[key])) for h in rows if key in h and "step" in h]
                 if pts:
                     curves[f"{arm.name} ({Path(d).name})"] = pts
     return curves
 
 
-def plot_training(curves: dict[str, list[tuple[int, float]]], path: Path) -> bool:
-    if not curves:
+def validation_bands(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, float, float, float]]]:
+    """Per training run with validation: (step, score, low, high); the band is the step-0 score plus the
+    paired, scenario-clustered 95% interval of the change since step 0."""
+    score, low, high = (training_curves(table, k) for k in
+                        ("validation/score", "validation/score_change_low", "validation/score_change_high"))
+    bands = {}
+    for name, pts in score.items():
+        base = dict(pts).get(0, pts[0][1])
+        lo, hi = dict(low.get(name, [])), dict(high.get(name, []))
+        bands[name] = [(s, v, base + lo.get(s, v - base), base + hi.get(s, v - base)) for s, v in pts]
+    return bands
+
+
+def plot_training(table: dict[str, ArmInfo], path: Path) -> bool:
+    """Learning curves side by side: held-out validation score (with its band), training reward, invalid
+    actions (training rollouts solid, validation dashed)."""
+    reward, bands = training_curves(table), validation_bands(table)
+    if not reward and not bands:
         return False
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, pts in curves.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
-    ax.set_xlabel("GRPO step")
-    return _finish(fig, ax, path, "Training reward", "mean reward (seller score)", 7)
+    fig, (val, rew, inv) = plt.subplots(1, 3, figsize=(15, 4))
+    for name, pts in bands.items():
+        line, = val.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
+        val.fill_between([p[0] for p in pts], [p[2] for p in pts], [p[3] for p in pts], alpha=0.2,
+                         color=line.get_color())
+    for name, pts in reward.items():
+        rew.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
+    rew.set_title("Training reward", fontsize=9)
+    for key, style in (("negotiation/invalid_action_rate", "-"), ("validation/invalid_rate", "--")):
+        for name, pts in training_curves(table, key).items():
+            inv.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", label=f"{name} {key.split('/')[0]}")
+    inv.set_title("Invalid actions", fontsize=9)
+    for ax in (val, rew, inv):
+        ax.set_xlabel("GRPO step")
+    for ax in (rew, inv):
+        ax.legend(fontsize=6)
+    return _finish(fig, val, path, "Validation score (held out; band: 95% CI of the change)", "mean seller score", 7)
 
 
 def make_plots(comparisons: list[dict], per_buyer: dict[str, dict[str, dict]], table: dict[str, ArmInfo],
@@ -112,6 +138,6 @@ def make_plots(comparisons: list[dict], per_buyer: dict[str, dict[str, dict]], t
         plots["gain_vs_size"] = "plots/gain_vs_size.png"
     if plot_per_buyer(per_buyer, out / "plots" / "per_buyer.png"):
         plots["per_buyer"] = "plots/per_buyer.png"
-    if plot_training(training_curves(table), out / "plots" / "training_reward.png"):
+    if plot_training(table, out / "plots" / "training_reward.png"):
         plots["training_reward"] = "plots/training_reward.png"
     return plots

@@ -1,0 +1,39 @@
+"""What a seller did in one negotiation, in its own utility: the figures that explain a change of score.
+
+A seller that scores better may open higher, concede less, accept only better offers, stop accepting
+losses, or walk away less; these say which. Every figure is read from the negotiation's turns and the
+scenario's utilities (never from the agents' text), and is None where it does not apply (a seller that never
+offered has no opening offer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haggler.core.protocol import Negotiation
+from haggler.core.types import Offer
+
+
+def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
+    """The seller's opening offer and concession (own utility), the utility of the offer it accepted, whether
+    it agreed to a deal below its reservation, who walked away, turns to agreement, the buyer's utility."""
+    scenario = negotiation.scenario
+    own = scenario.seller.reservation
+    offers = [t.action.outcome for t in negotiation.turns if t.speaker == "seller" and isinstance(t.action, Offer)]
+    utilities = [scenario.utility("seller", o) for o in offers]
+    deal = negotiation.agreement
+    seller_u = scenario.utility("seller", deal) if deal is not None else None
+    # An accept binds the counterpart's offer on the table, exactly: the deal is the offer the seller accepted.
+    closed_by_seller = deal is not None and negotiation.turns[-1].speaker == "seller"
+    accepted = seller_u if closed_by_seller else None
+    return {
+        "opening_offer_utility": utilities[0] if utilities else None,
+        "concession": utilities[0] - utilities[-1] if utilities else None,
+        "seller_offers": len(utilities),
+        "accepted_offer_utility": accepted,
+        "loss_accepted": seller_u is not None and seller_u < own,
+        "seller_walked_away": negotiation.walked_away_by == "seller",
+        "buyer_walked_away": negotiation.walked_away_by == "buyer",
+        "turns_to_agreement": len(negotiation.turns) if deal is not None else None,
+        "buyer_utility": scenario.utility("buyer", deal) if deal is not None else None,
+    }

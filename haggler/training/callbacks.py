@@ -1,0 +1,69 @@
+"""The trainer callbacks haggler adds to TRL's GRPOTrainer (transformers' public ``TrainerCallback`` API).
+
+Imported only where a trainer is built: transformers takes seconds to import, and config validation and
+``--help`` must not wait for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+from haggler.training.validation import ValidationLog, Validator, summarize
+
+
+class ValidationCallback(TrainerCallback):
+    """Plays the held-out set at step 0 and every ``eval_steps`` (and at the last step), logs the figures
+    next to TRL's, and with ``select: best`` keeps the best step's weights for the final model."""
+
+    def __init__(self, validator: Validator, policy: Any, output_dir: str) -> None:
+        self.validator = validator
+        self.policy = policy  # trainer -> the sampler that plays the current weights (the rollout's)
+        self.log = ValidationLog(output_dir)
+        v = validator.cfg.validation
+        self.eval_steps, self.select, self.n_boot = v.eval_steps, v.select, v.bootstrap
+        self.trainer: Any = None
+        self.best: tuple[float, int, dict[str, Any]] | None = None  # score, step, weights
+
+    def attach(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.log.baseline() is None:
+            self.evaluate(state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.eval_steps == 0 or state.global_step >= state.max_steps:
+            self.evaluate(state.global_step)
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        trainer = self.trainer
+        was_training = bool(trainer.model.training)
+        model = self.policy(trainer)
+        torch_model = getattr(model, "model", None)
+        try:
+            if torch_model is not None:
+                torch_model.eval()
+            rows = self.validator.play(model, trainer.args.temperature)
+            baseline = self.log.baseline()
+            summary = summarize(rows, rows if baseline is None else baseline, self.n_boot)
+            self.log.add(step, summary, rows)
+            # Logged while the model is in eval mode: GRPOTrainer.log then merges only its (empty) eval
+            # metrics into this entry and leaves the training metrics of the step for its own log.
+            trainer.log(dict(summary))
+        finally:
+            if was_training:
+                trainer.model.train()
+        if self.select == "best" and (self.best is None or summary["validation/score"] > self.best[0]):
+            weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+            self.best = (summary["validation/score"], step, {k: v.detach().cpu().clone() for k, v in weights.items()})
+        return summary
+
+    def restore_best(self) -> dict[str, Any] | None:
+        """With ``select: best``, put the best step's weights back; what the model card records of it."""
+        if self.select != "best" or self.best is None:
+            return None
+        score, step, weights = self.best
+        self.trainer.accelerator.unwrap_model(self.trainer.model).load_state_dict(weights)
+        return {"by": "validation score", "step": step, "score": score}
