@@ -33,6 +33,7 @@ from haggler.agents.scripted import ScriptedAgent, TimeDependentAgent, describe_
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Action, Offer, Outcome, Reply, Side, WalkAway
+from haggler.engine.interfaces import Describable, Releasable, TurnTakingAgent
 
 ADVERSARIES = ("injection", "probe", "bluff", "hardliner")
 
@@ -245,11 +246,11 @@ class Adversary:
 
     def describe(self) -> dict[str, Any]:
         # the wrapped agent's description under "offers_" (evaluation/cost.py reads a wrapped model's usage there)
-        inner = self.inner.describe() if hasattr(self.inner, "describe") else {}
+        inner = self.inner.describe() if isinstance(self.inner, Describable) else {}
         return {"adversary": self.name, "offers": self.inner.spec, **{f"offers_{k}": v for k, v in inner.items()}}
 
     def release(self) -> None:
-        if hasattr(self.inner, "release"):
+        if isinstance(self.inner, Releasable):
             self.inner.release()
 
 
@@ -267,5 +268,5 @@ def make_adversary(name: str, scenario: Scenario, side: Side, seed: int,
     make_agent for this side, seed and context: this module cannot import the registry, which imports it)."""
     adversary, wrapped = split_adversary(name)
     inner = build(wrapped) if wrapped else _OWN[adversary](scenario, side, seed)
-    cls = TurnTakingAdversary if hasattr(inner, "turn") else Adversary
+    cls = TurnTakingAdversary if isinstance(inner, TurnTakingAgent) else Adversary
     return cls(adversary, inner, scenario, side, seed, f"adversary:{name}")

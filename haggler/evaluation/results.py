@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from haggler.core.config import error_items
 from haggler.core.jsonl import write_lines_atomically
 
 
@@ -85,10 +86,9 @@ def key_of(record: Record) -> Key:
 
 
 def _why(err: Exception) -> str:
-    if hasattr(err, "errors"):  # pydantic's ValidationError: the first problem, on one line
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "record"
-        return f"{where}: {first['msg']}"
+    if isinstance(err, ValidationError):  # the first problem, on one line
+        key, msg = error_items(err)[0]
+        return f"{key or 'record'}: {msg}"
     return str(err)
 
 
