@@ -40,7 +40,9 @@ def _groups(clusters: Sequence[Any]) -> list[np.ndarray]:
     index: dict[Any, list[int]] = {}
     for i, c in enumerate(clusters):
         index.setdefault(c, []).append(i)
-    return [np.asarray(v) for v in index.values()]
+    # in a fixed order (not the records' order, which follows completion): a seeded bootstrap then gives the
+    # same interval for the same records however a run wrote them
+    return [np.asarray(index[k]) for k in sorted(index, key=repr)]
 
 
 def cluster_bootstrap(values: Sequence[float], clusters: Sequence[Any], seeds: Sequence[Any] | None = None,
