@@ -330,3 +330,31 @@ def test_a_row_that_joined_late_keeps_its_tokens_when_the_columns_before_it_are_
         assert sample.ids == a.ids and sample.logprobs == pytest.approx(a.logprobs, abs=1e-4)
         assert seq.ids == alone.ids and seq.cached == alone.cached
         assert [k.shape for k, _ in seq.cache] == [k.shape for k, _ in alone.cache]
+
+
+def test_copies_of_one_prompt_are_read_once_and_each_samples_as_it_would_alone(tokenizer):
+    """A GRPO group's copies share their prompt: it is read once (one row of the prefill), yet every copy
+    draws from its own stream, continues from its own cache, and gets exactly what it gets alone."""
+    import torch
+
+    prompt = tokenizer.encode("A long shared prompt about a rooftop solar installation and its price " * 4)
+    model = tiny_model(tokenizer)
+    batch = [Sequence(ids=list(prompt)) for _ in range(4)] + [Sequence(ids=tokenizer.encode("Another prompt"))]
+    for k, s in enumerate(batch):
+        s.generator = torch.Generator().manual_seed(100 + k)
+    first = model.continue_batch(batch, 6, 1.0, stop_chars="")
+    assert model.stats["prompt_tokens"] == len(prompt) + len(tokenizer.encode("Another prompt"))  # shared: read once
+    assert len({tuple(s.ids) for s in first[:4]}) > 1  # own streams: the copies differ
+    for s in batch:  # each continues from its own cache
+        s.extend(tokenizer.encode(" then", add_special_tokens=False))
+    second = model.continue_batch(batch, 4, 1.0, stop_chars="")
+    for k, s in enumerate(batch):
+        alone_model = tiny_model(tokenizer)
+        alone = Sequence(ids=list(prompt) if k < 4 else tokenizer.encode("Another prompt"))
+        alone.generator = torch.Generator().manual_seed(100 + k)
+        (a1,) = alone_model.continue_batch([alone], 6, 1.0, stop_chars="")
+        alone.extend(tokenizer.encode(" then", add_special_tokens=False))
+        (a2,) = alone_model.continue_batch([alone], 4, 1.0, stop_chars="")
+        assert (first[k].ids, second[k].ids) == (a1.ids, a2.ids)
+        assert first[k].logprobs == pytest.approx(a1.logprobs, abs=1e-4)
+        assert alone.ids == s.ids

@@ -13,7 +13,7 @@ from haggler.core.types import Accept, Offer, WalkAway, other
 from haggler.scenarios.generate import generate_scenarios
 
 SCENARIOS = [s for seed in (0, 7, 1001) for s in generate_scenarios(40, seed)]
-STYLES = [PromptSettings(), PromptSettings(cues=False), PromptSettings(slots="indexed", actions="numbers"),
+STYLES = [PromptSettings(), PromptSettings(cues=False), PromptSettings(slots="indexed", actions="numbers", compare_no_deal=True),
           PromptSettings(slots="names", actions="words")]
 
 
@@ -22,10 +22,11 @@ def prompts_of(scenario: Scenario, side: str) -> list[str]:
     side's offer on the table, its accept, its walk away, and the opening."""
     out = [system_prompt_for(scenario, side, s) for s in STYLES] + [system_prompt(scenario, side)]
     first, last = scenario.outcome_at(0), scenario.outcome_at(scenario.n_outcomes - 1)
-    out += [turn_message(scenario, side, 5, "Message: how about this?", Offer(first), first),
-            turn_message(scenario, side, 4, "Fine.", Accept(), last),
-            turn_message(scenario, side, 1, "Bye.", WalkAway(), None),
-            turn_message(scenario, side, 9, None, None, None)]
+    for s in (PromptSettings(), PromptSettings(compare_no_deal=True, relay_messages=False)):
+        out += [turn_message(scenario, side, 5, "Message: how about this?", Offer(first), first, s),
+                turn_message(scenario, side, 4, "Fine.", Accept(), last, s),
+                turn_message(scenario, side, 1, "Bye.", WalkAway(), None, s),
+                turn_message(scenario, side, 9, None, None, None, s)]
     return out
 
 

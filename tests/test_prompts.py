@@ -44,3 +44,72 @@ def test_the_example_favours_no_action_and_names_nothing_of_the_negotiation():
     scenarios = generate_scenarios(50, 1)
     assert not any(issue.name.casefold() in words for s in scenarios for issue in s.issues)
     assert not any(f" {o.casefold()} " in words for s in scenarios for i in s.issues for o in i.options)
+
+
+# ---- observation settings: what each turn's user message states ----
+
+@pytest.mark.parametrize("outcome,reservation,verdict", [
+    ((1, 0), 0.30, "0.40, more than no deal (0.30)"),    # ($20, red): 0.8 x 0.5 + 0.2 x 0.0
+    ((0, 1), 0.30, "0.20, less than no deal (0.30)"),    # ($10, blue): 0.8 x 0.0 + 0.2 x 1.0
+    ((1, 0), 0.404, "0.40, the same as no deal (0.40)"),  # the words follow the two decimals shown, never contradict them
+    ((2, 1), 0.996, "1.00, the same as no deal (1.00)"),
+])
+def test_compare_no_deal_states_in_words_how_the_table_offer_compares_with_no_deal(outcome, reservation, verdict):
+    from conftest import small_scenario
+    from haggler.agents.format.prompts import turn_message
+    from haggler.core.types import Offer
+
+    scenario = small_scenario(rs=reservation)
+    on = turn_message(scenario, "seller", 3, "Message: deal?", Offer(outcome), outcome, PromptSettings(compare_no_deal=True))
+    assert f"The buyer's offer on the table would give you a score of {verdict}." in on
+    off = turn_message(scenario, "seller", 3, "Message: deal?", Offer(outcome), outcome, PromptSettings())
+    assert "no deal" not in off and f"a score of {verdict[:4]}." in off  # the default keeps the plain figure
+
+
+def test_relay_messages_off_drops_the_other_sides_words_and_keeps_its_binding_action():
+    from conftest import small_scenario
+    from haggler.agents.format.prompts import turn_message
+    from haggler.core.types import Offer
+
+    scenario = small_scenario()
+    words = "Message: I would agree to price $20 and colour red."
+    relayed = turn_message(scenario, "seller", 3, words, Offer((1, 0)), (1, 0), PromptSettings())
+    silent = turn_message(scenario, "seller", 3, words, Offer((1, 0)), (1, 0), PromptSettings(relay_messages=False))
+    assert "Buyer: I would agree" in relayed and "I would agree" not in silent
+    for msg in (relayed, silent):
+        assert "The buyer's action: offer: price: $20, colour: red" in msg
+        assert "Turns left, including yours: 3." in msg
+
+
+def test_a_language_model_seller_reads_its_observation_settings(tokenizer):
+    """The agent (and so the warm start's examples and GRPO's rollouts, which play through it) passes its own
+    settings to the observation: a setting that only the prompt builder knew would change nothing."""
+    from conftest import small_scenario
+    from haggler.agents.llm import HFAgent
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.core.types import Accept, Offer, Reply
+    from haggler.engine.interfaces import Sample
+
+    class Accepts:  # a stand-in sampler that answers the action slot "2" (accept) and ends its turn
+        def __init__(self):
+            self.tokenizer, self.eos_ids = tokenizer, [tokenizer.eos_token_id]
+
+        def describe(self):
+            return {"backend": "test"}
+
+        def continue_batch(self, seqs, max_new_tokens, temperature, stop_chars="\n", generator=None):
+            ids = tokenizer.encode(" 2", add_special_tokens=False) + [tokenizer.eos_token_id]
+            seqs[0].ids.extend(ids)
+            return [Sample(ids=ids, logprobs=[-1.0] * len(ids), stopped="eos")]
+
+    scenario = small_scenario(rs=0.3)
+    for compare, relay in ((True, False), (False, True)):
+        settings = PromptSettings(slots="indexed", actions="numbers", message_tokens=0, compare_no_deal=compare,
+                                  relay_messages=relay)
+        neg = Negotiation(scenario, ProtocolConfig(opener="buyer"))
+        neg.step(Reply("Message: I would agree to price $20 and colour red.", Offer((1, 0))))
+        agent = HFAgent(Accepts(), scenario, "seller", settings, 1.0, "hf:test")
+        assert isinstance(agent.respond(neg).action, Accept)
+        text = tokenizer.decode(agent.trajectory.prompt_ids)
+        assert ("a score of 0.40, more than no deal (0.30)." in text) is compare
+        assert ("I would agree to price" in text) is relay

@@ -109,7 +109,7 @@ class HFAgent:
     def _first_prompt(self, negotiation: Negotiation) -> list[int]:
         """The chat-templated system prompt and first user message, through the generation prompt."""
         messages = [{"role": "system", "content": system_prompt_for(self.scenario, self.side, self.settings)},
-                    {"role": "user", "content": observe(negotiation, self.side)}]
+                    {"role": "user", "content": observe(negotiation, self.side, self.settings)}]
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
@@ -133,7 +133,7 @@ class HFAgent:
                 self.sequence.generator = torch.Generator(device=getattr(self.model, "device", "cpu")).manual_seed(self.sample_seed)
             self.trajectory = Trajectory(prompt_ids=list(ids))
         else:
-            self._env(self.frame.open_user + observe(negotiation, self.side) + self.frame.after_user)
+            self._env(self.frame.open_user + observe(negotiation, self.side, self.settings) + self.frame.after_user)
 
     def _sample(self, max_new: int, stop_chars: str, slot: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
         """Fill one slot ("reply", "message", "action" or "issue:K") with the model's own tokens."""

@@ -57,6 +57,13 @@ class PromptSettings(Strict):
     action_tokens: int = Field(6, ge=1)
     slot_tokens: int = Field(12, ge=1)
     reply_tokens: int = Field(160, ge=1)  # budget of a whole free-form reply (cues off)
+    # Observation settings (what each turn's user message states). relay_messages: the other side's free text;
+    # off, only its binding action is relayed (a scripted buyer's text restates its offer: tokens that a CPU
+    # update pays for twice). compare_no_deal: the offer on the table's score is followed by whether it beats
+    # this side's no-deal score; a 135M model reads numbers as text and cannot compare 0.55 with 0.51, so the
+    # decision to accept only becomes learnable with the comparison in words.
+    relay_messages: bool = True
+    compare_no_deal: bool = False
 
     @property
     def numbered(self) -> bool:
@@ -141,27 +148,37 @@ def describe_action(scenario: Scenario, action: Action) -> str:
     return f"none that counts (their reply could not be read: {action.reason})"
 
 
-def observe(negotiation: Negotiation, side: Side) -> str:
+def observe(negotiation: Negotiation, side: Side, settings: PromptSettings | None = None) -> str:
     """The user message before ``side``'s turn in this negotiation."""
     last = negotiation.turns[-1] if negotiation.turns else None
     return turn_message(negotiation.scenario, side, negotiation.turns_left, last.text if last else None,
-                        last.action if last else None, negotiation.offer_for(side))
+                        last.action if last else None, negotiation.offer_for(side), settings)
 
 
 def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str | None,
-                 last_action: Action | None, table_offer: tuple[int, ...] | None) -> str:
+                 last_action: Action | None, table_offer: tuple[int, ...] | None,
+                 settings: PromptSettings | None = None) -> str:
     """The user message before this side's turn: the other side's last turn, and where things stand."""
+    settings = settings or PromptSettings()
     counterpart = other(side)
     lines = []
     if last_action is None:
         lines.append(f"The negotiation starts. You speak first; the {counterpart} is waiting for your message.")
     else:
-        said = relayed(split_message(last_text or "").strip()) or "(nothing)"
-        lines.append(f"{counterpart.capitalize()}: {said}")
+        if settings.relay_messages:
+            said = relayed(split_message(last_text or "").strip()) or "(nothing)"
+            lines.append(f"{counterpart.capitalize()}: {said}")
         lines.append(f"The {counterpart}'s action: {describe_action(scenario, last_action)}")
     if table_offer is not None:
         worth = scenario.utility(side, table_offer)
-        lines.append(f"The {counterpart}'s offer on the table would give you a score of {worth:.2f}.")
+        line = f"The {counterpart}'s offer on the table would give you a score of {worth:.2f}"
+        if settings.compare_no_deal:
+            reservation = scenario.preferences(side).reservation
+            # the same two-decimal figures the model reads, so the words never contradict the numbers shown
+            verdict = ("more than" if round(worth, 2) > round(reservation, 2)
+                       else "the same as" if round(worth, 2) == round(reservation, 2) else "less than")
+            line += f", {verdict} no deal ({reservation:.2f})"
+        lines.append(line + ".")
     lines.append(f"Turns left, including yours: {turns_left}.")
     return "\n".join(lines)
 

@@ -148,7 +148,13 @@ class Batch:
 
     def _prefill(self, jobs: list[Job]) -> None:
         m, clock = self.m, time.perf_counter()
-        seqs = [j.seq for j in jobs]
+        # Sequences with the same tokens so far (a GRPO group's copies of one prompt, an evaluation's cells that
+        # agree up to here) are read once: a row per distinct sequence, each job samples from its row's logits
+        # with its own stream. A group's shared prompt is most of a CPU rollout's prefill.
+        first: dict[tuple[int, ...], int] = {}
+        row_of = [first.setdefault(tuple(j.seq.ids), len(first)) for j in jobs]
+        reps = list({r: j for r, j in zip(row_of, jobs)}.values())  # one job per row, in row order
+        seqs = [j.seq for j in reps]
         keep = [self._kept(s) for s in seqs]
         chunks = [s.ids[k:] for s, k in zip(seqs, keep)]
         input_ids, mask = layout(chunks, keep, m.pad_id)
@@ -157,10 +163,13 @@ class Batch:
         mask = mask.to(m.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = m.next_token_logits(input_ids.to(m.device), mask, positions[:, width:], cache)
+        if len(reps) < len(jobs):
+            logits = logits[torch.tensor(row_of, device=logits.device)]
         tokens, logprobs = sample(logits, jobs)
-        going = [r for r, job in enumerate(jobs) if not job.take(tokens[r], logprobs[r])]
-        self._make_room(len(going), max((keep[r] + len(chunks[r]) for r in going), default=0))
-        for r, job in enumerate(jobs):
+        going = [i for i, job in enumerate(jobs) if not job.take(tokens[i], logprobs[i])]
+        self._make_room(len(going), max((keep[row_of[i]] + len(chunks[row_of[i]]) for i in going), default=0))
+        for i, job in enumerate(jobs):
+            r = row_of[i]
             past, fresh = slice(width - keep[r], width), slice(width + n_in - len(chunks[r]), width + n_in)
             kv = [(torch.cat([layer.keys[r: r + 1, :, past], layer.keys[r: r + 1, :, fresh]], dim=2),
                    torch.cat([layer.values[r: r + 1, :, past], layer.values[r: r + 1, :, fresh]], dim=2))
