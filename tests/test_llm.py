@@ -358,3 +358,23 @@ def test_copies_of_one_prompt_are_read_once_and_each_samples_as_it_would_alone(t
         assert (first[k].ids, second[k].ids) == (a1.ids, a2.ids)
         assert first[k].logprobs == pytest.approx(a1.logprobs, abs=1e-4)
         assert alone.ids == s.ids
+
+
+@pytest.mark.parametrize("budgets", [[1, 3, 3, 3], [3, 1, 3, 3], [3, 3, 1, 1]])
+def test_copies_of_one_prompt_that_finish_at_their_first_token_leave_and_the_others_go_on(tokenizer, budgets):
+    """Copies read in one prefill row part ways at their first token: a copy done at once leaves, the rest
+    decode on, each exactly as alone (a copy kept or dropped by its row's fate instead of its own failed here)."""
+    import torch
+
+    prompt = tokenizer.encode("A shared prompt about the price of a used bicycle " * 3)
+    model = tiny_model(tokenizer)
+    batch = [Sequence(ids=list(prompt)) for _ in budgets] + [Sequence(ids=tokenizer.encode("Other"))]
+    for k, s in enumerate(batch):
+        s.generator = torch.Generator().manual_seed(7 + k)
+    got = model.continue_batch(batch, budgets + [2], 1.0, stop_chars="")
+    assert [len(s.ids) for s in got] == budgets + [2]
+    for k, budget in enumerate(budgets):
+        alone = Sequence(ids=list(prompt))
+        alone.generator = torch.Generator().manual_seed(7 + k)
+        (a,) = tiny_model(tokenizer).continue_batch([alone], budget, 1.0, stop_chars="")
+        assert got[k].ids == a.ids

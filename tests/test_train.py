@@ -317,3 +317,46 @@ def test_validation_refuses_held_out_scenarios_that_are_training_ones(tmp_path):
     cfg = config(tmp_path, validation={"n": 3, "seed": 1001})  # the training scenarios' own seed
     with pytest.raises(ConfigError, match="validation"):
         validation_cases(cfg)
+
+
+def test_a_lora_policy_samples_with_its_adapters_merged_and_trains_with_them_apart(tokenizer):
+    """Rollouts and validation sample from the LoRA policy with the adapters merged (a plain forward per token):
+    the same next-token distribution as the adapters computed apart, and afterwards the adapters are apart
+    again, the base weights as they were, and training mode back."""
+    import types
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from conftest import tiny_model
+    from haggler.training.common import sampling_mode
+
+    base = tiny_model(tokenizer).model
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)  # B starts at zero: give the adapters something to say
+    base_before = {k: v.clone() for k, v in base.state_dict().items() if "lora" not in k}
+    ids = torch.tensor([tokenizer.encode("The buyer offers $20")])
+    model.eval()
+    with torch.no_grad():
+        apart = model(input_ids=ids).logits
+        no_adapters = model.get_base_model()
+        with model.disable_adapter():
+            plain = model(input_ids=ids).logits
+    assert not torch.allclose(apart, plain, atol=1e-3)  # the adapters matter
+    model.train()
+    trainer = types.SimpleNamespace(model=model, args=types.SimpleNamespace(use_vllm=False),
+                                    accelerator=types.SimpleNamespace(unwrap_model=lambda m: m))
+    with sampling_mode(trainer):
+        assert not model.training
+        layer = next(m for m in model.modules() if hasattr(m, "merged") and hasattr(m, "lora_A"))
+        assert layer.merged  # sampling reads merged weights
+        with torch.no_grad():
+            merged = no_adapters(input_ids=ids).logits
+    assert torch.allclose(merged, apart, atol=1e-4)
+    assert model.training and not layer.merged
+    after = {k: v for k, v in base.state_dict().items() if "lora" not in k}
+    for k, v in base_before.items():
+        assert torch.allclose(after[k], v, atol=1e-6), k

@@ -10,6 +10,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from haggler.training.common import sampling_mode
 from haggler.training.validation import ValidationLog, Validator, summarize
 
 
@@ -39,12 +40,8 @@ class ValidationCallback(TrainerCallback):
 
     def evaluate(self, step: int) -> dict[str, float]:
         trainer = self.trainer
-        was_training = bool(trainer.model.training)
-        model = self.policy(trainer)
-        torch_model = getattr(model, "model", None)
-        try:
-            if torch_model is not None:
-                torch_model.eval()
+        with sampling_mode(trainer):  # first: it reads the training mode that the sampler's wrapper switches off
+            model = self.policy(trainer)
             rows = self.validator.play(model, trainer.args.temperature)
             baseline = self.log.baseline()
             summary = summarize(rows, rows if baseline is None else baseline, self.n_boot)
@@ -52,9 +49,6 @@ class ValidationCallback(TrainerCallback):
             # Logged while the model is in eval mode: GRPOTrainer.log then merges only its (empty) eval
             # metrics into this entry and leaves the training metrics of the step for its own log.
             trainer.log(dict(summary))
-        finally:
-            if was_training:
-                trainer.model.train()
         if self.select == "best" and (self.best is None or summary["validation/score"] > self.best[0]):
             weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
             self.best = (summary["validation/score"], step, {k: v.detach().cpu().clone() for k, v in weights.items()})

@@ -3,6 +3,8 @@ training scenarios (never one of an evaluation set's)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from haggler.agents.format.prompts import PromptSettings
@@ -57,3 +59,36 @@ def load_policy(path: str, dtype: str) -> tuple[Any, Any]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype, device))
     return model, tokenizer
+
+
+@contextmanager
+def sampling_mode(trainer: Any) -> Iterator[None]:
+    """The trainer's policy ready to sample (rollouts, validation): in eval mode, and, when it is a LoRA policy,
+    with its adapters merged into the weights (peft's public ``merge_adapter``, what TRL does before it hands
+    weights to vLLM), so that each sampled token costs a plain forward pass instead of one through every adapter.
+    Training mode and the separate adapters come back afterwards, whatever happens. With vLLM the sampler is
+    another engine that TRL feeds merged weights itself: nothing is merged here."""
+    model = trainer.model
+    was_training = bool(model.training)
+    merged = False
+    try:
+        model.eval()
+        if not trainer.args.use_vllm:
+            merged = _merge(trainer.accelerator.unwrap_model(model))
+        yield
+    finally:
+        if merged:
+            trainer.accelerator.unwrap_model(model).unmerge_adapter()
+        if was_training:
+            model.train()
+
+
+def _merge(model: Any) -> bool:
+    try:
+        from peft import PeftModel  # lazy and optional: only LoRA runs need peft
+    except ImportError:
+        return False
+    if not isinstance(model, PeftModel):
+        return False
+    model.merge_adapter()
+    return True

@@ -36,7 +36,7 @@ from haggler.engine.backends.vllm import VLLMModel
 from haggler.engine.card import clear_card, write_card
 from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.figures import mean
-from haggler.training.common import training_format, training_scenarios
+from haggler.training.common import sampling_mode, training_format, training_scenarios
 from haggler.training.config import TrainConfig
 from haggler.training.validation import Validator
 
@@ -111,17 +111,10 @@ class NegotiationRollout:
         return self._policy
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list]:
-        was_training = bool(trainer.model.training)  # before the backend switches it to eval for sampling
-        model = self.policy(trainer)
-        torch_model = getattr(model, "model", None)
         start = time.perf_counter()
-        try:
-            if torch_model is not None:
-                torch_model.eval()
+        with sampling_mode(trainer):  # first: it reads the training mode that the sampler's wrapper switches off
+            model = self.policy(trainer)
             out = self.play(model, prompts, trainer.args.temperature, self._rollout_id(trainer.state.global_step))
-        finally:
-            if was_training:
-                trainer.model.train()
         self.figures = self._measure(out, time.perf_counter() - start, trainer.state)
         return out
 

@@ -93,6 +93,7 @@ class Validator:
             actions = [t.action for t in neg.turns if t.speaker == "seller"]
             rows.append({"case": case.seed, "scenario": case.scenario.id, "buyer": case.buyer,
                          "score": figures.seller_score, "deal": bool(figures.deal), "errored": neg.ended_by == "error",
+                         "error": neg.error,
                          "invalid": sum(isinstance(a, Invalid) for a in actions) / len(actions) if actions else 0.0})
         return rows
 

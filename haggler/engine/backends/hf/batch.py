@@ -166,15 +166,15 @@ class Batch:
         if len(reps) < len(jobs):
             logits = logits[torch.tensor(row_of, device=logits.device)]
         tokens, logprobs = sample(logits, jobs)
-        going = [i for i, job in enumerate(jobs) if not job.take(tokens[i], logprobs[i])]
+        going = {i for i, job in enumerate(jobs) if not job.take(tokens[i], logprobs[i])}  # jobs, not rows
         self._make_room(len(going), max((keep[row_of[i]] + len(chunks[row_of[i]]) for i in going), default=0))
         for i, job in enumerate(jobs):
-            r = row_of[i]
+            r = row_of[i]  # the prefill row it read (shared by its copies)
             past, fresh = slice(width - keep[r], width), slice(width + n_in - len(chunks[r]), width + n_in)
             kv = [(torch.cat([layer.keys[r: r + 1, :, past], layer.keys[r: r + 1, :, fresh]], dim=2),
                    torch.cat([layer.values[r: r + 1, :, past], layer.values[r: r + 1, :, fresh]], dim=2))
                   for layer in cache.layers]
-            if r in going:
+            if i in going:
                 self._place(job, kv, keep[r] + len(chunks[r]))
             else:
                 job.finish(kv if m.kv_reuse else None)
