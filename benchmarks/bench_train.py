@@ -3,8 +3,8 @@
 Two configurations of ``configs/demo.yaml``'s GRPO step (the demo's warm-started model if it is there, else the
 embedded model), each in its own process so that each one's peak resident memory is its own:
 
-- ``before``: the recipe as it was (float32 updates, one micro-batch of two groups, observations that relay the
-  buyer's words and state the table offer's score alone);
+- ``before``: the recipe as it was (full fine-tuning in float32, sampling in float32, one micro-batch of two
+  groups, observations that relay the buyer's words and state the table offer's score alone);
 - ``after``: ``configs/demo.yaml`` as it is now.
 
 Each runs ``--steps`` optimizer steps through TRL; the last is reported, split into the rollout (the negotiations)
@@ -30,7 +30,7 @@ import time
 
 # The recipe's settings before this round's changes, laid over the config for the "before" run.
 BEFORE = {"grpo.bf16": False, "grpo.per_device_train_batch_size": 8, "grpo.gradient_accumulation_steps": 1,
-          "prompt.relay_messages": True, "prompt.compare_no_deal": False}
+          "lora": None, "prompt.relay_messages": True, "prompt.compare_no_deal": False}
 
 
 def one(config: str, steps: int, overrides: dict) -> dict:

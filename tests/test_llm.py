@@ -378,3 +378,69 @@ def test_copies_of_one_prompt_that_finish_at_their_first_token_leave_and_the_oth
         alone.generator = torch.Generator().manual_seed(7 + k)
         (a,) = tiny_model(tokenizer).continue_batch([alone], budget, 1.0, stop_chars="")
         assert got[k].ids == a.ids
+
+
+def test_sequences_that_begin_alike_read_their_shared_start_once_and_sample_as_alone(tokenizer):
+    """An evaluation's cells of one scenario share the seller's system prompt: it is read once, in a pass of
+    its own, and every sequence then reads only what differs, yet samples exactly what it samples alone."""
+    import torch
+
+    shared = tokenizer.encode("The seller's long system prompt: issues, options, values and weights. " * 5)
+    other = tokenizer.encode("A different scenario's system prompt, about a van and its warranty terms. " * 5)
+    tails = [" first buyer opens", " second buyer opens low", " the seller opens"]
+    prompts = [shared + tokenizer.encode(t, add_special_tokens=False) for t in tails] + [other]
+    model = tiny_model(tokenizer)
+    batch = [Sequence(ids=list(p)) for p in prompts]
+    for k, s in enumerate(batch):
+        s.generator = torch.Generator().manual_seed(40 + k)
+    got = model.continue_batch(batch, 5, 1.0, stop_chars="")
+    assert model.stats["shared_prefix_tokens"] == len(shared)  # the longest start the three have in common
+    assert model.stats["prompt_tokens"] == len(shared) + sum(len(p) - len(shared) for p in prompts[:3]) + len(other)
+    for k, p in enumerate(prompts):
+        alone = Sequence(ids=list(p))
+        alone.generator = torch.Generator().manual_seed(40 + k)
+        (a,) = tiny_model(tokenizer).continue_batch([alone], 5, 1.0, stop_chars="")
+        assert got[k].ids == a.ids and got[k].logprobs == pytest.approx(a.logprobs, abs=1e-4)
+
+
+def test_prefix_groups_split_a_run_where_its_parts_share_more():
+    """Sorted sequences a, b (sharing 300 tokens) and c, d (sharing 200), all four sharing 70: two reads of 300
+    and 200 save 500 tokens, one read of 70 for all saves 210. Too short a share is not worth a pass."""
+    from haggler.engine.backends.hf.batch import _prefix_groups
+
+    assert _prefix_groups([300, 70, 200], [999] * 4, 0, 4) == [(0, 2, 300), (2, 4, 200)]
+    assert _prefix_groups([300, 290, 280], [999] * 4, 0, 4) == [(0, 4, 280)]  # one read saves 840 > 300 + 0
+    assert _prefix_groups([300, 30, 20], [999] * 4, 0, 4) == [(0, 2, 300)]
+    assert _prefix_groups([300], [999, 120], 0, 2) == [(0, 2, 120)]  # all but the shorter one's last token
+    assert _prefix_groups([10, 20], [999] * 3, 0, 3) == []
+
+
+def test_autocast_samples_under_bf16_autocast_with_the_models_log_probabilities(tokenizer):
+    """With autocast on, every pass runs under bf16 autocast (its caches bf16), and the samples' log-probabilities
+    are the float32 model's to bf16 precision; the model's own weights stay float32."""
+    import torch
+
+    from haggler.engine.backends.hf import HFModel
+
+    base = tiny_model(tokenizer)
+    model = HFModel("tiny", model=base.model, tokenizer=tokenizer, autocast=True)
+    prompt = tokenizer.encode("A prompt about a boat, its engine and its price. " * 4)
+    seqs = [Sequence(ids=list(prompt)), Sequence(ids=list(prompt[:-3]))]
+    for k, s in enumerate(seqs):
+        s.generator = torch.Generator().manual_seed(k)
+    seen = []  # the dtype the attention projections computed in, pass by pass
+    hook = base.model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    got = model.continue_batch(seqs, 6, 1.0, stop_chars="")
+    hook.remove()
+    assert seen and set(seen) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for p in base.model.parameters())
+    with torch.no_grad():
+        logp = torch.log_softmax(base.model(torch.tensor([seqs[0].ids])).logits[0].float(), -1)
+    want = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(got[0].ids)]
+    assert got[0].logprobs == pytest.approx(want, abs=0.1)
+    plain = HFModel("tiny", model=base.model, tokenizer=tokenizer)  # off by default: the model's dtype
+    seen.clear()
+    hook = base.model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
+    plain.continue_batch([Sequence(ids=list(prompt))], 2, 1.0, stop_chars="")
+    hook.remove()
+    assert set(seen) == {torch.float32}

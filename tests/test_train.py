@@ -309,6 +309,34 @@ def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp
         assert e["validation/score_change_low"] <= e["validation/score_change"] <= e["validation/score_change_high"]
     best = max(entries, key=lambda e: e["validation/score"])
     assert restore_best(trainer)["step"] == best["step"]
+    for e in entries:  # the behaviour figures are the means of the negotiations' own
+        offers = [r["behaviour"]["seller_offers"] for r in e["rows"]]
+        losses = [float(r["behaviour"]["loss_accepted"]) for r in e["rows"]]
+        assert "validation/seller_offers" not in e  # a count, not one of the summary's behaviour figures
+        assert e["validation/loss_accepted"] == pytest.approx(sum(losses) / len(losses)) and offers
+
+
+def test_validation_summary_states_the_sellers_behaviour():
+    """Known rows: the means of each behaviour figure over the negotiations that have it (booleans as rates)."""
+    from haggler.training.validation import summarize
+
+    def row(case, score, opening, accepted, loss, walked):
+        return {"case": case, "scenario": f"s{case // 2}", "score": score, "deal": accepted is not None,
+                "errored": False, "invalid": 0.0,
+                "behaviour": {"opening_offer_utility": opening, "concession": 0.1, "accepted_offer_utility": accepted,
+                              "loss_accepted": loss, "seller_walked_away": walked, "buyer_walked_away": False,
+                              "turns_to_agreement": 3 if accepted is not None else None,
+                              "buyer_utility": 0.5 if accepted is not None else None}}
+
+    rows = [row(0, 0.4, 0.9, 0.3, True, False), row(1, 0.6, 0.7, None, False, True),
+            row(2, 0.5, None, 0.7, False, False), row(3, 0.5, 0.8, None, False, False)]
+    out = summarize(rows, rows, 200)
+    assert out["validation/opening_offer_utility"] == pytest.approx(0.8)  # the seller that never offered is out
+    assert out["validation/accepted_offer_utility"] == pytest.approx(0.5)
+    assert out["validation/loss_accepted"] == pytest.approx(0.25)
+    assert out["validation/seller_walked_away"] == pytest.approx(0.25)
+    assert out["validation/turns_to_agreement"] == pytest.approx(3.0)
+    assert out["validation/score_change"] == 0.0
 
 
 def test_validation_refuses_held_out_scenarios_that_are_training_ones(tmp_path):
@@ -360,3 +388,26 @@ def test_a_lora_policy_samples_with_its_adapters_merged_and_trains_with_them_apa
     after = {k: v for k, v in base.state_dict().items() if "lora" not in k}
     for k, v in base_before.items():
         assert torch.allclose(after[k], v, atol=1e-6), k
+
+
+def test_lora_on_the_top_layers_adapts_and_trains_only_those(tmp_path, tokenizer):
+    """``lora.layers: 1`` on a two-layer model: adapters on every linear module of the top layer only (the
+    backward pass can stop there), and a GRPO step moves them and nothing else."""
+    model = biased_tiny_model(tokenizer)
+    cfg = config(tmp_path, lora={"r": 4, "alpha": 8, "layers": 1}, grpo={"max_steps": 1})
+    trainer, _, _ = trainer_for(cfg, tokenizer, model)
+    peft_model = trainer.accelerator.unwrap_model(trainer.model)
+    adapted = {n.split(".lora_A")[0] for n, _ in peft_model.named_parameters() if ".lora_A" in n}
+    assert adapted and all(".layers.1." in n for n in adapted)
+    assert {n.rsplit(".", 1)[-1] for n in adapted} == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                        "up_proj", "down_proj"}
+    trainable = {n for n, p in peft_model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n and ".layers.1." in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    trainer.train()
+    moved = {n for n, p in peft_model.named_parameters() if not torch.equal(before[n], p.detach())}
+    assert moved and moved <= trainable
+    with pytest.raises(ValueError, match="lora.layers"):
+        from haggler.training.grpo import peft_config
+
+        peft_config(config(tmp_path, lora={"layers": 3}), model)

@@ -106,8 +106,9 @@ class NegotiationRollout:
         if hasattr(model, "get_base_model"):  # peft: the base model with the LoRA layers in it
             model = model.get_base_model()
         if self._policy is None or self._policy.model is not model:
+            # reads prompts under bf16 autocast when the update runs under it (decoding stays float32)
             self._policy = HFModel(self.cfg.model, device=str(trainer.accelerator.device), model=model,
-                                   tokenizer=trainer.processing_class)
+                                   tokenizer=trainer.processing_class, autocast=bool(trainer.args.bf16))
         return self._policy
 
     def __call__(self, prompts: list[str], trainer: Any) -> dict[str, list]:
@@ -242,14 +243,31 @@ def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
                       save_strategy="steps", **kwargs, **extra)
 
 
-def peft_config(cfg: TrainConfig) -> Any:
+def peft_config(cfg: TrainConfig, model: Any = None) -> Any:
     if cfg.lora is None:
         return None
     # Lazy: peft is optional and slow to import.
     from peft import LoraConfig
 
-    return LoraConfig(r=cfg.lora.r, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                      target_modules=cfg.lora.target_modules, task_type="CAUSAL_LM")
+    lora, targets, layers = cfg.lora, cfg.lora.target_modules, None
+    if lora.layers is not None:
+        n = model.config.num_hidden_layers
+        if lora.layers > n:
+            raise ValueError(f"lora.layers: {lora.layers}, but the model has {n} decoder layers")
+        layers = list(range(n - lora.layers, n))
+        if targets == "all-linear":  # peft takes a layer range only with named modules: name what all-linear means
+            targets = linear_module_names(model)
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                      layers_to_transform=layers, task_type="CAUSAL_LM")
+
+
+def linear_module_names(model: Any) -> list[str]:
+    """The names (last part) of the decoder layers' linear modules: what peft's "all-linear" adapts."""
+    import torch
+
+    out = model.get_output_embeddings()
+    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and module is not out and ".layers." in f".{name}"})
 
 
 def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task] | None = None,
@@ -270,7 +288,7 @@ def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task
         callbacks.append(validation)
     trainer = GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)], args=grpo_args(cfg),
                           train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
-                          processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg),
+                          processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg, model),
                           callbacks=callbacks)
     if validation is not None:
         validation.attach(trainer)

@@ -28,7 +28,9 @@ from haggler.core.scenario import Scenario, fingerprint, load_scenarios
 from haggler.core.score import score
 from haggler.core.types import Invalid, Side
 from haggler.engine.rollout import Game, play_lockstep
+from haggler.evaluation.behaviour import seller_behaviour
 from haggler.evaluation.stats import cluster_bootstrap
+from haggler.evaluation.summary import BEHAVIOUR
 from haggler.scenarios.generate import generate_scenarios
 from haggler.training.common import excluded_fingerprints, training_format, training_scenarios
 from haggler.training.config import TrainConfig
@@ -84,7 +86,7 @@ class Validator:
             seller.sample_seed = sample_seed(self.cfg.validation.seed, case.seed, "seller")
             buyer = make_agent(case.buyer, case.scenario, "buyer", case.seed, self.context)
             games.append(Game(neg, {"seller": seller, "buyer": buyer}))
-        play_lockstep(games, max_active=len(games))
+        play_lockstep(games, max_active=self.cfg.validation.batch_size)
         rows = []
         for case, g in zip(self.cases, games):
             g.agents["seller"].release()
@@ -94,7 +96,8 @@ class Validator:
             rows.append({"case": case.seed, "scenario": case.scenario.id, "buyer": case.buyer,
                          "score": figures.seller_score, "deal": bool(figures.deal), "errored": neg.ended_by == "error",
                          "error": neg.error,
-                         "invalid": sum(isinstance(a, Invalid) for a in actions) / len(actions) if actions else 0.0})
+                         "invalid": sum(isinstance(a, Invalid) for a in actions) / len(actions) if actions else 0.0,
+                         "behaviour": seller_behaviour(neg)})
         return rows
 
 
@@ -106,6 +109,10 @@ def summarize(rows: list[dict[str, Any]], baseline: list[dict[str, Any]] | None,
            "validation/invalid_rate": _mean([r["invalid"] for r in ok]),
            "validation/errored": float(len(rows) - len(ok)),
            "validation/negotiations": float(len(rows))}
+    for key in BEHAVIOUR.values():  # what the seller did: the figures that explain a change of score
+        values = [float(r["behaviour"][key]) for r in ok if r.get("behaviour", {}).get(key) is not None]
+        if values:
+            out[f"validation/{key}"] = _mean(values)
     if baseline is not None:
         before = {r["case"]: r for r in baseline if not r["errored"] and r["score"] is not None}
         pairs = [(r["score"] - before[r["case"]]["score"], r["scenario"]) for r in ok if r["case"] in before]
