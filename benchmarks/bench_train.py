@@ -4,8 +4,9 @@ Two configurations of ``configs/demo.yaml``'s GRPO step (the demo's warm-started
 embedded model), each in its own process so that each one's peak resident memory is its own:
 
 - ``before``: the recipe as it was (full fine-tuning in float32, sampling in float32, one micro-batch of two
-  groups, observations that relay the buyer's words and state the table offer's score alone);
-- ``after``: ``configs/demo.yaml`` as it is now.
+  groups, observations that relay the buyer's words and state the table offer's score alone, glibc's
+  per-thread malloc arenas);
+- ``after``: ``configs/demo.yaml`` as it is now, in one malloc arena as ``haggler`` runs.
 
 Each runs ``--steps`` optimizer steps through TRL; the last is reported, split into the rollout (the negotiations)
 and the update (scoring, loss, backward, optimizer). Then, in the same process, a bare forward and backward pass
@@ -133,6 +134,10 @@ def main() -> None:
     p.add_argument("--child", choices=["before", "after"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:  # one configuration, in its own process
+        if args.child == "after":  # as `haggler train` runs now: one malloc arena for all threads
+            from haggler.cli import one_malloc_arena
+
+            one_malloc_arena()
         print(json.dumps(one(args.config, args.steps, BEFORE if args.child == "before" else {})))
         return
     figures = {}

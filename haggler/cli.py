@@ -7,6 +7,7 @@ answer at once instead of after torch, transformers and NegMAS have loaded.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 from pathlib import Path
@@ -391,7 +392,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def one_malloc_arena() -> None:
+    """Make every thread allocate from one glibc heap ("arena"). By default each thread that allocates gets its
+    own and keeps what it frees there for itself: the local sampler's worker thread and the trainer's thread
+    then each hold their own high-water mark. Measured on a demo GRPO run (validation, then a step): a peak of
+    6.8 GB with per-thread arenas, 5.4 GB with one. Must run before the first thread starts; a no-op off glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # -8: M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    one_malloc_arena()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -68,3 +68,23 @@ def test_every_record_summary_and_report_carry_the_behaviour(tmp_path):
     assert row.behaviour["opening_offer_utility"] == pytest.approx(sum(openings) / len(openings))
     build_report([out], tmp_path / "report", n_boot=200)
     assert "## Seller behaviour" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_accept_rates_split_the_sellers_decisions_by_whether_the_offer_beat_no_deal():
+    # rs 0.3. The buyer offers ($10, blue) = 0.2 (below): the seller offers; then ($20, red) = 0.4 (above): it
+    # offers again; then ($10, red) = 0.0 (below): it accepts. Below: 1 of 2 accepted; above: 0 of 1.
+    neg = play("buyer", Offer((0, 1)), Offer((2, 1)), Offer((1, 0)), Offer((2, 0)), Offer((0, 0)), Accept())
+    b = seller_behaviour(neg)
+    assert b["accepted_below_no_deal"] == pytest.approx(0.5) and b["accepted_above_no_deal"] == 0.0
+    neg = play("buyer", Offer((1, 0)), Accept())
+    b = seller_behaviour(neg)
+    assert b["accepted_above_no_deal"] == 1.0 and b["accepted_below_no_deal"] is None
+    # the seller's own offer replaces the buyer's on the table: after the buyer's invalid turn it faces nothing.
+    # ($20, blue) = 0.6 above: countered; the buyer's turn is invalid; ($20, red) = 0.4 above: accepted. 1 of 2.
+    neg = play("buyer", Offer((1, 1)), Offer((2, 1)), Invalid("?"), Offer((2, 1)), Offer((1, 0)), Accept())
+    b = seller_behaviour(neg)
+    assert b["accepted_above_no_deal"] == pytest.approx(0.5) and b["accepted_below_no_deal"] is None
+    neg = play("seller", Offer((2, 1)), Offer((1, 1)), Invalid("?"), Offer((0, 0)), WalkAway())
+    b = seller_behaviour(neg)  # the invalid turn faced ($20, blue) = 0.6: above, not accepted; then 0.0: walked
+    assert b["accepted_above_no_deal"] == 0.0 and b["accepted_below_no_deal"] == 0.0
+    assert seller_behaviour(play("seller", Offer((2, 1)), Accept()))["accepted_above_no_deal"] is None

@@ -414,33 +414,3 @@ def test_prefix_groups_split_a_run_where_its_parts_share_more():
     assert _prefix_groups([300], [999, 120], 0, 2) == [(0, 2, 120)]  # all but the shorter one's last token
     assert _prefix_groups([10, 20], [999] * 3, 0, 3) == []
 
-
-def test_autocast_samples_under_bf16_autocast_with_the_models_log_probabilities(tokenizer):
-    """With autocast on, every pass runs under bf16 autocast (its caches bf16), and the samples' log-probabilities
-    are the float32 model's to bf16 precision; the model's own weights stay float32."""
-    import torch
-
-    from haggler.engine.backends.hf import HFModel
-
-    base = tiny_model(tokenizer)
-    model = HFModel("tiny", model=base.model, tokenizer=tokenizer, autocast=True)
-    prompt = tokenizer.encode("A prompt about a boat, its engine and its price. " * 4)
-    seqs = [Sequence(ids=list(prompt)), Sequence(ids=list(prompt[:-3]))]
-    for k, s in enumerate(seqs):
-        s.generator = torch.Generator().manual_seed(k)
-    seen = []  # the dtype the attention projections computed in, pass by pass
-    hook = base.model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
-    got = model.continue_batch(seqs, 6, 1.0, stop_chars="")
-    hook.remove()
-    assert seen and set(seen) == {torch.bfloat16}
-    assert all(p.dtype == torch.float32 for p in base.model.parameters())
-    with torch.no_grad():
-        logp = torch.log_softmax(base.model(torch.tensor([seqs[0].ids])).logits[0].float(), -1)
-    want = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(got[0].ids)]
-    assert got[0].logprobs == pytest.approx(want, abs=0.1)
-    plain = HFModel("tiny", model=base.model, tokenizer=tokenizer)  # off by default: the model's dtype
-    seen.clear()
-    hook = base.model.model.layers[0].self_attn.q_proj.register_forward_hook(lambda m, a, out: seen.append(out.dtype))
-    plain.continue_batch([Sequence(ids=list(prompt))], 2, 1.0, stop_chars="")
-    hook.remove()
-    assert set(seen) == {torch.float32}

@@ -13,8 +13,12 @@ deal rates and mean utilities are compared over many games instead.
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
+from unittest import mock
 
+import negmas.mechanisms
 import numpy as np
 import pytest
 from negmas.gb.common import ResponseType
@@ -84,8 +88,33 @@ def spec_seats(scenario, opener, specs, seeds):
     return seat
 
 
-def reference(scenario, opener, seat, shared_seed=0):
-    """The game in NegMAS's own SAOMechanism: one move per step as (kind, outcome), the ending, the deal."""
+class Clock:
+    """``time`` as NegMAS's mechanisms read it, with ``perf_counter_ns`` advancing ``seconds`` per read."""
+
+    def __init__(self, seconds):
+        self.now, self.tick = 0, int(seconds * 1e9)
+
+    def perf_counter_ns(self):
+        self.now += self.tick
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def wall_clock(seconds_per_read):
+    return mock.patch.object(negmas.mechanisms, "time", Clock(seconds_per_read))
+
+
+def reference(scenario, opener, seat, shared_seed=0, clock=None):
+    """The game in NegMAS's own SAOMechanism: one move per step as (kind, outcome), the ending, the deal.
+    Played on a stopped wall clock (the game NegMAS plays within its first second; see StepClockMechanism)
+    unless ``clock`` says otherwise."""
+    with clock or wall_clock(0):
+        return _reference(scenario, opener, seat, shared_seed)
+
+
+def _reference(scenario, opener, seat, shared_seed):
     space = nb.outcome_space(scenario)
     m = SAOMechanism(outcome_space=space, n_steps=scenario.max_turns, one_offer_per_step=True)
     for side in (opener, other(opener)):
@@ -191,6 +220,20 @@ def test_every_class_plays_as_in_saomechanism_on_a_genius_domain(genius_dir):
     _, failures = parity_table([s], CLASSES, ["negmas:AspirationNegotiator", "negmas:MiCRONegotiator",
                                                "scripted:boulware", "scripted:tft"])
     assert not failures, failures[:10]
+
+
+def test_a_randomized_negmas_game_does_not_follow_the_wall_clock():
+    """NegMAS draws from the random stream each time a mechanism's elapsed wall time passes a whole second,
+    and MiCRO draws its repeated offers from that stream: on NegMAS's own mechanism a slow game is another
+    game. A ``negmas:`` agent's game must not depend on how long its partner (a language model) thinks."""
+    s, opener = GENERATED[1], "buyer"
+    specs, seeds = {"seller": "negmas:MiCRONegotiator", "buyer": "negmas:ToughNegotiator"}, {"seller": 14, "buyer": 15}
+    fast = haggler_game(s, opener, specs, seeds)
+    with wall_clock(1.5):
+        assert haggler_game(s, opener, specs, seeds) == fast
+    assert reference(s, opener, spec_seats(s, opener, specs, seeds), 14) == fast
+    slow = reference(s, opener, spec_seats(s, opener, specs, seeds), 14, clock=wall_clock(1.5))
+    assert slow[0] != fast[0]  # the effect is real in NegMAS itself
 
 
 @pytest.mark.slow

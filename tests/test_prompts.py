@@ -113,3 +113,57 @@ def test_a_language_model_seller_reads_its_observation_settings(tokenizer):
         text = tokenizer.decode(agent.trajectory.prompt_ids)
         assert ("a score of 0.40, more than no deal (0.30)." in text) is compare
         assert ("I would agree to price" in text) is relay
+
+
+@pytest.mark.parametrize("actions,want", [
+    ("options", "\nOptions: 1. offer 2. accept (less than no deal) 3. walk away\nOption number:"),
+    ("numbers", "\nAction (1 = offer, 2 = accept (less than no deal), 3 = walk away). Number:"),
+    ("words", "\nAction (accept: less than no deal):"),
+])
+def test_an_accept_note_rides_on_the_accept_option_of_every_action_style(actions, want):
+    settings = PromptSettings(actions=actions)
+    assert action_cue(settings, "less than no deal") == want
+    assert "no deal" not in action_cue(settings)  # without a note: the plain cue
+
+
+def test_accept_verdict_puts_the_table_offers_comparison_into_the_action_cue(tokenizer):
+    """With ``accept_verdict`` the environment's action cue says how accepting compares with no deal (on the
+    figures the observation shows); with nothing on the table, or the setting off, the cue is the plain one.
+    The note is the environment's text: none of its tokens is the seller's to train on."""
+    from conftest import small_scenario
+    from haggler.agents.llm import HFAgent
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.core.types import Offer, Reply
+    from haggler.engine.interfaces import Sample
+
+    class Offers:  # a stand-in sampler: "1" (offer) at the action slot, then option 1 for every issue
+        def __init__(self):
+            self.tokenizer, self.eos_ids = tokenizer, [tokenizer.eos_token_id]
+
+        def describe(self):
+            return {"backend": "test"}
+
+        def continue_batch(self, seqs, max_new_tokens, temperature, stop_chars="\n", generator=None):
+            ids = tokenizer.encode(" 1\n", add_special_tokens=False)
+            seqs[0].ids.extend(ids)
+            return [Sample(ids=ids, logprobs=[-1.0] * len(ids), stopped="stop")]
+
+    def cue_after(opener, reservation, on=True):
+        scenario = small_scenario(rs=reservation)
+        settings = PromptSettings(slots="indexed", actions="numbers", message_tokens=0, accept_verdict=on)
+        neg = Negotiation(scenario, ProtocolConfig(opener=opener))
+        if opener == "buyer":
+            neg.step(Reply("", Offer((1, 0))))  # worth 0.40 to the seller
+        agent = HFAgent(Offers(), scenario, "seller", settings, 1.0, "hf:test")
+        assert isinstance(agent.respond(neg).action, Offer)
+        tr = agent.trajectory
+        env = tokenizer.decode([t for t, m in zip(tr.completion_ids, tr.env_mask) if not m])
+        mine = tokenizer.decode([t for t, m in zip(tr.completion_ids, tr.env_mask) if m])
+        assert "no deal" not in mine
+        return env
+
+    assert "2 = accept (more than no deal)," in cue_after("buyer", 0.30)
+    assert "2 = accept (less than no deal)," in cue_after("buyer", 0.50)
+    assert "2 = accept (the same as no deal)," in cue_after("buyer", 0.404)
+    assert "2 = accept, 3" in cue_after("seller", 0.30)  # nothing on the table to accept
+    assert "2 = accept, 3" in cue_after("buyer", 0.30, on=False)

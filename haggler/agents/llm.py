@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haggler.agents.format.parse import parse_reply, read_action_slot, read_slot
-from haggler.agents.format.prompts import MESSAGE_CUE, action_cue, PromptSettings, observe, slot_cue, system_prompt_for
+from haggler.agents.format.prompts import (MESSAGE_CUE, PromptSettings, accept_note, action_cue, observe, slot_cue,
+                                          system_prompt_for)
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
@@ -173,7 +174,7 @@ class HFAgent:
         # environment owns the skeleton and asks for the next slot either way, so an offer is not lost
         # because the model closed its turn after naming the action. The sampled token stays in the sequence.
         action: Action | None = None
-        cue(action_cue(self.settings))
+        cue(action_cue(self.settings, accept_note(negotiation, self.side, self.settings)))
         segment, last = yield from self._sample(self.settings.action_tokens, "\n", "action")
         text += segment
         kind, why = read_action_slot(segment, self.settings.numbered_actions)

@@ -58,11 +58,26 @@ def negmas_class(name: str) -> type:
     return cls
 
 
+class StepClockMechanism(SAOMechanism):
+    """An SAOMechanism whose wall clock stands still, so that a game depends on its moves and its seed only.
+
+    NegMAS 0.16's ``Mechanism.step`` draws one extra number from the global random stream whenever the
+    mechanism's elapsed wall time passes a whole second (for its per-second random ending, drawn even when
+    that ending is off). A randomized negotiator (MiCRO) draws from the same stream, so its moves depended on
+    how long the game took: a language model that thinks for seconds, or a slow machine (one game of 612 in
+    the parity grid differed on CI). With no wall-clock limits set, the elapsed time is read nowhere else, and
+    a stopped clock is the game NegMAS plays whenever it runs within its first second."""
+
+    @property
+    def time(self) -> float:
+        return 0.0
+
+
 def mechanism(scenario: Scenario) -> SAOMechanism:
     """The SAOMechanism a ``negmas:`` agent plays in: one offer per step, haggler's turn limit as ``n_steps``,
     and no wall-clock limits (a language-model counterpart may think for minutes; NegMAS's relative time
     would otherwise follow the clock on the wall)."""
-    return SAOMechanism(outcome_space=negmas_bridge.outcome_space(scenario), n_steps=scenario.max_turns,
+    return StepClockMechanism(outcome_space=negmas_bridge.outcome_space(scenario), n_steps=scenario.max_turns,
                         one_offer_per_step=True)
 
 

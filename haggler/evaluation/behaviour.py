@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from haggler.core.protocol import Negotiation
-from haggler.core.types import Offer
+from haggler.core.types import Accept, Offer
 
 
 def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
     """The seller's opening offer and concession (own utility), the utility of the offer it accepted, whether
-    it agreed to a deal below its reservation, who walked away, turns to agreement, the buyer's utility."""
+    it agreed to a deal below its reservation, how often it accepted offers worth less and more than no deal, who
+    walked away, turns to agreement, the buyer's utility."""
     scenario = negotiation.scenario
     own = scenario.seller.reservation
     offers = [t.action.outcome for t in negotiation.turns if t.speaker == "seller" and isinstance(t.action, Offer)]
@@ -32,8 +33,27 @@ def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
         "seller_offers": len(utilities),
         "accepted_offer_utility": accepted,
         "loss_accepted": seller_u is not None and seller_u < own,
+        **accept_rates(negotiation),
         "seller_walked_away": negotiation.walked_away_by == "seller",
         "buyer_walked_away": negotiation.walked_away_by == "buyer",
         "turns_to_agreement": len(negotiation.turns) if deal is not None else None,
         "buyer_utility": scenario.utility("buyer", deal) if deal is not None else None,
     }
+
+
+def accept_rates(negotiation: Negotiation) -> dict[str, float | None]:
+    """Of the seller's turns that faced a buyer's offer worth less (more) than its reservation value, the share it
+    accepted (None without such a turn). The accept decision is where a small seller errs most: the ideal is 0
+    below and, at its last turn at least, 1 above."""
+    scenario = negotiation.scenario
+    own = scenario.seller.reservation
+    faced: dict[str, list[bool]] = {"below": [], "above": []}
+    table = None  # the buyer's offer the seller could accept; an offer by either side replaces it
+    for t in negotiation.turns:
+        if t.speaker == "seller" and table is not None:
+            u = scenario.utility("seller", table)
+            if u != own:
+                faced["below" if u < own else "above"].append(isinstance(t.action, Accept))
+        if isinstance(t.action, Offer):
+            table = t.action.outcome if t.speaker == "buyer" else None
+    return {f"accepted_{k}_no_deal": sum(v) / len(v) if v else None for k, v in faced.items()}

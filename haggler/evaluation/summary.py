@@ -70,6 +70,7 @@ def summarize(records: list[Record]) -> list[SummaryRow]:
 # What a change of score is made of, per seller and buyer: column title -> the records' behaviour key.
 BEHAVIOUR = {"opening offer": "opening_offer_utility", "concession": "concession",
              "accepted offer": "accepted_offer_utility", "losses": "loss_accepted",
+             "accepts below no deal": "accepted_below_no_deal", "accepts above no deal": "accepted_above_no_deal",
              "seller walks": "seller_walked_away", "buyer walks": "buyer_walked_away",
              "turns to deal": "turns_to_agreement", "buyer utility (deals)": "buyer_utility"}
 

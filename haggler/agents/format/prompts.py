@@ -64,6 +64,11 @@ class PromptSettings(Strict):
     # decision to accept only becomes learnable with the comparison in words.
     relay_messages: bool = True
     compare_no_deal: bool = False
+    # accept_verdict: the action cue's accept option carries the same comparison ("2 = accept (less than no
+    # deal)"), a few tokens before the answer instead of a turn's worth of tokens back. The accept decision is
+    # what a small seller gets most wrong (the warm-started SmolLM2 accepted 25% of offers worth less than no
+    # deal, 47% of those worth more), and RL without it mostly learned to accept less whatever the offer.
+    accept_verdict: bool = False
 
     @property
     def numbered(self) -> bool:
@@ -173,14 +178,17 @@ def turn_message(scenario: Scenario, side: Side, turns_left: int, last_text: str
         worth = scenario.utility(side, table_offer)
         line = f"The {counterpart}'s offer on the table would give you a score of {worth:.2f}"
         if settings.compare_no_deal:
-            reservation = scenario.preferences(side).reservation
-            # the same two-decimal figures the model reads, so the words never contradict the numbers shown
-            verdict = ("more than" if round(worth, 2) > round(reservation, 2)
-                       else "the same as" if round(worth, 2) == round(reservation, 2) else "less than")
-            line += f", {verdict} no deal ({reservation:.2f})"
+            line += f", {verdict(scenario, side, table_offer)} no deal ({scenario.preferences(side).reservation:.2f})"
         lines.append(line + ".")
     lines.append(f"Turns left, including yours: {turns_left}.")
     return "\n".join(lines)
+
+
+def verdict(scenario: Scenario, side: Side, table_offer: tuple[int, ...]) -> str:
+    """How the offer on the table compares with this side's no deal: "more than", "the same as" or "less than",
+    judged on the two-decimal figures the model reads, so the words never contradict the numbers shown."""
+    worth, reservation = round(scenario.utility(side, table_offer), 2), round(scenario.preferences(side).reservation, 2)
+    return "more than" if worth > reservation else "the same as" if worth == reservation else "less than"
 
 
 # ---- the reply skeleton written into the model's own turn when cues are on ----
@@ -193,8 +201,22 @@ NUMBERED_ACTION_CUE = "\nAction (1 = offer, 2 = accept, 3 = walk away). Number:"
 OPTIONS_ACTION_CUE = "\nOptions: 1. offer 2. accept 3. walk away\nOption number:"
 
 
-def action_cue(settings: PromptSettings) -> str:
-    return {"options": OPTIONS_ACTION_CUE, "numbers": NUMBERED_ACTION_CUE, "words": ACTION_CUE}[settings.actions]
+def action_cue(settings: PromptSettings, accept_note: str | None = None) -> str:
+    """The action slot's cue; with ``accept_note`` (see ``accept_verdict``) its accept option carries that note."""
+    cue = {"options": OPTIONS_ACTION_CUE, "numbers": NUMBERED_ACTION_CUE, "words": ACTION_CUE}[settings.actions]
+    if accept_note is None:
+        return cue
+    if settings.actions == "words":
+        return f"\nAction (accept: {accept_note}):"
+    return cue.replace("accept", f"accept ({accept_note})", 1)
+
+
+def accept_note(negotiation: Negotiation, side: Side, settings: PromptSettings) -> str | None:
+    """What the accept option says with ``accept_verdict`` on and an offer on the table: "less than no deal"."""
+    table = negotiation.offer_for(side)
+    if not settings.accept_verdict or table is None:
+        return None
+    return f"{verdict(negotiation.scenario, side, table)} no deal"
 
 
 def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:

@@ -37,14 +37,8 @@ def torch_dtype(name: str, device: str) -> torch.dtype:
 
 class HFModel:
     def __init__(self, name: str = DEFAULT, device: str | None = None, dtype: str = "auto",
-                 model: Any = None, tokenizer: Any = None, kv_reuse: bool = True, autocast: bool = False) -> None:
+                 model: Any = None, tokenizer: Any = None, kv_reuse: bool = True) -> None:
         self.name = name
-        # bf16 autocast of every pass (weights stay as they are; caches are bf16): how a policy that trains under
-        # autocast samples. Measured on this machine's bf16 cores, SmolLM2-135M: a prefill of 4 x 400 tokens
-        # 1.6 s instead of 3.0 s, a decoding step of 16 rows 0.25 s instead of 0.17 s (the weights are cast at
-        # every pass); 96 validation negotiations 97 to 107 s instead of 169 s. Autocast on prefills alone, with
-        # float32 caches, took 159 s: each pass then casts the whole cache.
-        self.autocast = autocast
         self.kv_reuse = kv_reuse  # off re-reads every sequence in full each call (for caches that cannot be split)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if model is None:
@@ -73,10 +67,8 @@ class HFModel:
 
     def next_token_logits(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
         """One forward pass over ``input_ids`` that extends ``cache``; the logits of each row's last position."""
-        with torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16, enabled=self.autocast):
-            logits = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                                **{self.cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :]
-        return logits.float()
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          **{self.cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
     def _stop_table(self, stop_chars: str) -> list[bool]:
         """Per vocabulary id: does this token's text contain a stop character? A plain list, looked up
