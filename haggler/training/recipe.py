@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ def run_training(cfg: TrainConfig, resume: bool = False, log: Callable[[str], No
     trainer.train(resume_from_checkpoint=checkpoint)
     figures = write_log(trainer, cfg)
     final = save_final(trainer, cfg, base, selected=restore_best(trainer))
+    del trainer, model  # a study trains its arms and then evaluates in this process: free them (cycles) now
+    gc.collect()
     log(f"reward: first fifth of the steps {_fmt(figures['reward_first_fifth'])}, last fifth "
         f"{_fmt(figures['reward_last_fifth'])}; invalid actions {_fmt(figures['invalid_action_rate_first_fifth'])}"
         f" -> {_fmt(figures['invalid_action_rate_last_fifth'])}")

@@ -9,6 +9,7 @@ tokens and cues). The result is a complete model folder whose card, written last
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -87,6 +88,10 @@ def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], N
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "base": cfg.model}
     write_card(out, card)
+    # The trainer holds reference cycles (callbacks, accelerator): collect them now, so that GRPO, next in this
+    # process, reuses the warm start's memory instead of adding its own peak on top of it.
+    del trainer, model
+    gc.collect()
     log(f"warm start done in {seconds:.0f} s ({card['steps']} steps, loss {card['loss_first']} -> "
         f"{card['loss_last']}): {out}")
     return out
