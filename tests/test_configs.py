@@ -22,8 +22,17 @@ def test_training_configs_load_and_build_trl_arguments(name):
     assert args.learning_rate == cfg.grpo.learning_rate and args.num_generations == cfg.grpo.num_generations
     assert args.temperature == cfg.grpo.temperature and args.top_k == 0 and args.top_p == 1.0
     assert args.beta == cfg.grpo.beta and args.loss_type == cfg.grpo.loss_type
-    lora = peft_config(cfg)
+    model = None
+    if cfg.lora is not None and cfg.lora.layers is not None:  # the top layers are counted on the model itself
+        from haggler.engine.backends.embedded import resolve_model_path
+        from haggler.training.common import load_policy
+
+        model, _ = load_policy(resolve_model_path(cfg.model), cfg.dtype)
+    lora = peft_config(cfg, model)
     assert (lora is None) == (cfg.lora is None)
+    if model is not None:
+        n = model.config.num_hidden_layers
+        assert list(lora.layers_to_transform) == list(range(n - cfg.lora.layers, n))
 
 
 def test_gemma4_recipe_is_the_studys():

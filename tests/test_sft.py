@@ -70,3 +70,26 @@ def test_a_warm_start_made_for_another_format_is_redone(tmp_path, tokenizer):
     assert is_done(cfg)
     other = cfg.model_copy(update={"prompt": cfg.prompt.model_copy(update={"slots": "indexed"})})
     assert not is_done(other)
+
+
+def test_gradient_checkpointing_makes_the_same_warm_start(tmp_path, tokenizer):
+    """It trades memory for a recomputed forward pass: the same weights, and a finished warm start is not redone
+    when only this setting changes."""
+    folder = tmp_path / "tiny"
+    biased_tiny_model(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    plain = cfg_for(tmp_path / "a", folder)
+    ckpt = cfg_for(tmp_path / "b", folder)
+    ckpt = ckpt.model_copy(update={"warm_start": ckpt.warm_start.model_copy(update={"gradient_checkpointing": True})})
+    weights = []
+    for cfg in (plain, ckpt):
+        out = run_warm_start(cfg, log=lambda _: None)
+        weights.append(transformers.AutoModelForCausalLM.from_pretrained(out).state_dict())
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert is_done(plain.model_copy(update={"warm_start": ckpt.warm_start}))
+    from haggler.training.sft import _sft_trainer
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    trainer = _sft_trainer(ckpt, model, tokenizer, warm_start_rows(ckpt, tokenizer))
+    assert trainer.args.gradient_checkpointing  # it reached the trainer (its effect: bench figures in demo.yaml)

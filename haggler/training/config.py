@@ -62,6 +62,9 @@ class WarmStartConfig(Strict):
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1)
     max_steps: int = -1  # -1: as many as the epochs take
+    # recompute each layer's activations in the backward pass instead of keeping them: the same model, less
+    # memory (not part of the warm start's identity: a finished one is not redone when this changes)
+    gradient_checkpointing: bool = False
     output_dir: str | None = None  # default: <output_dir>/warm-start
 
 

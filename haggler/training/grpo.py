@@ -253,6 +253,8 @@ def peft_config(cfg: TrainConfig, model: Any = None) -> Any:
 
     lora, targets, layers = cfg.lora, cfg.lora.target_modules, None
     if lora.layers is not None:
+        if model is None:
+            raise ValueError("lora.layers: the top layers are counted on the model; pass it to peft_config")
         n = model.config.num_hidden_layers
         if lora.layers > n:
             raise ValueError(f"lora.layers: {lora.layers}, but the model has {n} decoder layers")

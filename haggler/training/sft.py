@@ -57,7 +57,7 @@ def is_done(cfg: TrainConfig) -> bool:
 
 def _ws_settings(cfg: TrainConfig) -> dict[str, Any]:
     assert cfg.warm_start is not None
-    return cfg.warm_start.model_dump(mode="json", exclude={"output_dir"})
+    return cfg.warm_start.model_dump(mode="json", exclude={"output_dir", "gradient_checkpointing"})
 
 
 def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], None] = print) -> Path:
@@ -109,6 +109,6 @@ def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[s
     args = SFTConfig(output_dir=str(cfg.warm_start_dir() / "trainer"), learning_rate=ws.learning_rate,
                      num_train_epochs=ws.epochs, max_steps=ws.max_steps, per_device_train_batch_size=ws.batch_size,
                      logging_steps=1, save_strategy="no", report_to="none", bf16=g.bf16, use_cpu=g.use_cpu,
-                     gradient_checkpointing=False, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
+                     gradient_checkpointing=ws.gradient_checkpointing, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
                      dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
