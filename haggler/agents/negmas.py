@@ -78,7 +78,7 @@ def mechanism(scenario: Scenario) -> SAOMechanism:
     and no wall-clock limits (a language-model counterpart may think for minutes; NegMAS's relative time
     would otherwise follow the clock on the wall)."""
     return StepClockMechanism(outcome_space=negmas_bridge.outcome_space(scenario), n_steps=scenario.max_turns,
-                        one_offer_per_step=True)
+                              one_offer_per_step=True)
 
 
 class OwnRandom:
