@@ -8,6 +8,7 @@ pytest.importorskip("trl")
 
 from haggler.engine.card import read_card  # noqa: E402
 from haggler.training.sft import is_done, run_warm_start, warm_start_rows  # noqa: E402
+from haggler.core.config import ConfigError  # noqa: E402
 from haggler.training.config import load_config  # noqa: E402
 from haggler.agents.teacher import render_examples  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
@@ -93,3 +94,37 @@ def test_gradient_checkpointing_makes_the_same_warm_start(tmp_path, tokenizer):
     model = transformers.AutoModelForCausalLM.from_pretrained(folder)
     trainer = _sft_trainer(ckpt, model, tokenizer, warm_start_rows(ckpt, tokenizer))
     assert trainer.args.gradient_checkpointing  # it reached the trainer (its effect: bench figures in demo.yaml)
+
+
+def test_micro_batches_make_the_same_warm_start_as_one_pass(tmp_path, tokenizer):
+    """A batch split into micro-batches (gradient accumulation) optimizes the same objective: the loss is
+    normalized by the whole batch's label tokens, not averaged per micro-batch. The weights agree with one pass
+    to float rounding, while a different batch (micro-batches as optimizer steps) lands far from both."""
+    folder = tmp_path / "tiny"
+    biased_tiny_model(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+    def trained(name, **ws):
+        cfg = cfg_for(tmp_path / name, folder)
+        cfg = cfg.model_copy(update={"warm_start": cfg.warm_start.model_copy(update=ws)})
+        out = run_warm_start(cfg, log=lambda _: None)
+        return transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
+
+    whole = trained("whole")  # batch_size 2 in one pass
+    micro = trained("micro", micro_batch_size=1)
+    single = trained("single", batch_size=1)  # an optimizer step per example: another trajectory
+    start = biased_tiny_model(tokenizer).state_dict()
+
+    def gap(a, b):
+        return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+    moved = gap(whole, start)
+    assert moved > 1e-3  # the warm start trained
+    assert gap(micro, whole) < 1e-3 * moved  # the same update up to rounding
+    assert gap(single, whole) > 0.1 * moved  # the comparison can tell trajectories apart
+
+
+def test_micro_batch_size_must_divide_the_batch():
+    with pytest.raises(ConfigError, match="micro_batch_size"):
+        load_config(data={"model": "default", "output_dir": "x",
+                          "warm_start": {"batch_size": 4, "micro_batch_size": 3}})

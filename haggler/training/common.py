@@ -44,6 +44,45 @@ def training_scenarios(cfg: TrainConfig) -> list[Scenario]:
     return scenarios
 
 
+# CPU features (as Linux's /proc/cpuinfo names them) with native bf16 arithmetic: x86's AVX512-BF16 and AMX-BF16,
+# Arm's BF16 extension.
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The CPU's feature flags (x86 "flags", Arm "Features"); empty where /proc/cpuinfo is not there."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return set()
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            flags |= set(value.split())
+    return flags
+
+
+def native_bf16(use_cpu: bool, cpuinfo: str | None = None) -> bool:
+    """Does this machine compute bf16 natively where training runs? On a CPU without it, autocast emulates bf16:
+    on a 2-core AVX2 machine a 1024x576 by 576x1536 matmul took 1.7 s under bf16 autocast against 0.037 s in
+    float32, and a demo GRPO step ran for minutes instead of half of one, while a CPU with AMX made the
+    same update 1.5x faster than float32."""
+    import torch  # lazy: config validation must not wait for torch
+
+    if not use_cpu and torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    return bool(cpu_flags(cpuinfo) & BF16_CPU_FLAGS)
+
+
+def resolve_bf16(cfg: TrainConfig) -> bool:
+    """``grpo.bf16`` as the warm start and GRPO apply it: "auto" decided by ``native_bf16``."""
+    g = cfg.grpo
+    return native_bf16(g.use_cpu) if g.bf16 == "auto" else bool(g.bf16)
+
+
 def load_policy(path: str, dtype: str) -> tuple[Any, Any]:
     """The model to train and its tokenizer (given a pad token if it has none)."""
     # Lazy: torch and transformers (and the hf backend, which imports them) take seconds to import;

@@ -60,12 +60,28 @@ class WarmStartConfig(Strict):
     max_turns: int = Field(4, ge=1)
     learning_rate: float = Field(5e-5, gt=0)
     epochs: float = Field(1.0, gt=0)
-    batch_size: int = Field(4, ge=1)
+    batch_size: int = Field(4, ge=1)  # examples per optimizer step
+    # examples per forward and backward pass (default: batch_size); the rest of a batch comes by gradient
+    # accumulation, whose loss TRL and transformers normalize by the batch's label tokens, as one pass would: the
+    # same objective (float rounding aside) with a fraction of the full-vocabulary logits held at once
+    micro_batch_size: int | None = Field(None, ge=1)
     max_steps: int = -1  # -1: as many as the epochs take
     # recompute each layer's activations in the backward pass instead of keeping them: the same model, less
     # memory (not part of the warm start's identity: a finished one is not redone when this changes)
     gradient_checkpointing: bool = False
     output_dir: str | None = None  # default: <output_dir>/warm-start
+
+    @model_validator(mode="after")
+    def _micro_batches_fill_a_batch(self) -> WarmStartConfig:
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a multiple of micro_batch_size "
+                             f"({self.micro_batch_size})")
+        return self
+
+    @property
+    def accumulation(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self.batch_size // (self.micro_batch_size or self.batch_size)
 
 
 class LoraConfig(Strict):
@@ -99,7 +115,9 @@ class GRPOSettings(Strict):
     save_total_limit: int | None = 3
     logging_steps: int = Field(1, ge=1)
     report_to: str | list[str] = "tensorboard"
-    bf16: bool = False
+    # bf16 autocast for the update (weights and optimizer stay float32). "auto": where the hardware computes bf16
+    # natively (see training/common.py: native_bf16); elsewhere autocast emulates it, far slower than float32
+    bf16: bool | Literal["auto"] = False
     use_cpu: bool = False
     gradient_checkpointing: bool = False
     use_vllm: bool = False

@@ -36,7 +36,7 @@ from haggler.engine.backends.vllm import VLLMModel
 from haggler.engine.card import clear_card, write_card
 from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.figures import mean
-from haggler.training.common import sampling_mode, training_format, training_scenarios
+from haggler.training.common import resolve_bf16, sampling_mode, training_format, training_scenarios
 from haggler.training.config import TrainConfig
 from haggler.training.validation import Validator
 
@@ -241,6 +241,7 @@ def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
 
     g = cfg.grpo
     kwargs = g.model_dump(exclude={"vllm_server_base_url"} if g.vllm_server_base_url is None else set())
+    kwargs["bf16"] = resolve_bf16(cfg)  # "auto" decided for this machine
     return GRPOConfig(output_dir=cfg.output_dir, top_k=0, top_p=1.0, log_completions=False,
                       save_strategy="steps", **kwargs, **extra)
 
@@ -323,7 +324,8 @@ def save_final(trainer: Any, cfg: TrainConfig, base: str, selected: dict[str, An
     if main:
         trainer.processing_class.save_pretrained(final)
         card = {"kind": "grpo", "base": base, "steps": trainer.state.global_step,
-                "prompt": training_format(cfg).model_dump(), "config": cfg.model_dump(mode="json")}
+                "prompt": training_format(cfg).model_dump(), "config": cfg.model_dump(mode="json"),
+                "bf16": bool(trainer.args.bf16)}  # as applied ("auto" decided for the machine it ran on)
         if selected is not None:  # validation picked another step than the last
             card["selected"] = selected
         write_card(final, card)

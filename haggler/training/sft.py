@@ -23,7 +23,7 @@ from haggler.core.scenario import fingerprint
 from haggler.engine.backends.embedded import resolve_model_path
 from haggler.engine.card import clear_card, read_card, write_card
 from haggler.scenarios.generate import generate_scenarios
-from haggler.training.common import excluded_fingerprints, load_policy, training_format
+from haggler.training.common import excluded_fingerprints, load_policy, resolve_bf16, training_format
 from haggler.training.config import TrainConfig
 
 
@@ -107,8 +107,10 @@ def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[s
     ws, g = cfg.warm_start, cfg.grpo
     assert ws is not None
     args = SFTConfig(output_dir=str(cfg.warm_start_dir() / "trainer"), learning_rate=ws.learning_rate,
-                     num_train_epochs=ws.epochs, max_steps=ws.max_steps, per_device_train_batch_size=ws.batch_size,
-                     logging_steps=1, save_strategy="no", report_to="none", bf16=g.bf16, use_cpu=g.use_cpu,
+                     num_train_epochs=ws.epochs, max_steps=ws.max_steps,
+                     per_device_train_batch_size=ws.micro_batch_size or ws.batch_size,
+                     gradient_accumulation_steps=ws.accumulation,
+                     logging_steps=1, save_strategy="no", report_to="none", bf16=resolve_bf16(cfg), use_cpu=g.use_cpu,
                      gradient_checkpointing=ws.gradient_checkpointing, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
                      dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
     return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
