@@ -46,13 +46,13 @@ def test_auto_reaches_both_trainers_as_the_machine_decides(monkeypatch, flags, e
         assert common.resolve_bf16(pinned) is given and grpo_args(pinned).bf16 is given
 
 
-def test_the_warm_start_trains_in_the_same_precision(monkeypatch):
+def test_the_warm_start_trains_in_the_same_precision(monkeypatch, tmp_path):
     pytest.importorskip("trl")
     from haggler.engine.backends.embedded import resolve_model_path
     from haggler.training.sft import _sft_trainer
 
     monkeypatch.setattr(common, "cpu_flags", lambda cpuinfo=None: {"amx_bf16"})
-    cfg = load_config(CONFIGS / "demo.yaml")
+    cfg = load_config(CONFIGS / "demo.yaml", {"output_dir": str(tmp_path)})
     model, tokenizer = common.load_policy(resolve_model_path(cfg.model), cfg.dtype)
     rows = [{"input_ids": [1, 2, 3], "labels": [-100, 2, 3]}]
     assert _sft_trainer(cfg, model, tokenizer, rows).args.bf16

@@ -110,6 +110,13 @@ def test_micro_batches_make_the_same_warm_start_as_one_pass(tmp_path, tokenizer)
         out = run_warm_start(cfg, log=lambda _: None)
         return transformers.AutoModelForCausalLM.from_pretrained(out).state_dict()
 
+    cfg = cfg_for(tmp_path / "args", folder)
+    cfg = cfg.model_copy(update={"warm_start": cfg.warm_start.model_copy(update={"micro_batch_size": 1})})
+    from haggler.training.sft import _sft_trainer
+
+    args = _sft_trainer(cfg, transformers.AutoModelForCausalLM.from_pretrained(folder), tokenizer,
+                        warm_start_rows(cfg, tokenizer)).args
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (1, 2)  # it reached TRL
     whole = trained("whole")  # batch_size 2 in one pass
     micro = trained("micro", micro_batch_size=1)
     single = trained("single", batch_size=1)  # an optimizer step per example: another trajectory
@@ -122,6 +129,7 @@ def test_micro_batches_make_the_same_warm_start_as_one_pass(tmp_path, tokenizer)
     assert moved > 1e-3  # the warm start trained
     assert gap(micro, whole) < 1e-3 * moved  # the same update up to rounding
     assert gap(single, whole) > 0.1 * moved  # the comparison can tell trajectories apart
+    assert read_card(tmp_path / "micro" / "out" / "warm-start")["steps"] == 2  # two optimizer steps, as whole's
 
 
 def test_micro_batch_size_must_divide_the_batch():

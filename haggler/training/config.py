@@ -62,8 +62,8 @@ class WarmStartConfig(Strict):
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(4, ge=1)  # examples per optimizer step
     # examples per forward and backward pass (default: batch_size); the rest of a batch comes by gradient
-    # accumulation, whose loss TRL and transformers normalize by the batch's label tokens, as one pass would: the
-    # same objective (float rounding aside) with a fraction of the full-vocabulary logits held at once
+    # accumulation, its loss divided by the whole batch's label tokens as one pass's would be: the same objective
+    # (float rounding aside, so not part of the warm start's identity) with a fraction of the activations held
     micro_batch_size: int | None = Field(None, ge=1)
     max_steps: int = -1  # -1: as many as the epochs take
     # recompute each layer's activations in the backward pass instead of keeping them: the same model, less

@@ -57,7 +57,7 @@ def is_done(cfg: TrainConfig) -> bool:
 
 def _ws_settings(cfg: TrainConfig) -> dict[str, Any]:
     assert cfg.warm_start is not None
-    return cfg.warm_start.model_dump(mode="json", exclude={"output_dir", "gradient_checkpointing"})
+    return cfg.warm_start.model_dump(mode="json", exclude={"output_dir", "gradient_checkpointing", "micro_batch_size"})
 
 
 def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], None] = print) -> Path:
@@ -113,4 +113,11 @@ def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[s
                      logging_steps=1, save_strategy="no", report_to="none", bf16=resolve_bf16(cfg), use_cpu=g.use_cpu,
                      gradient_checkpointing=ws.gradient_checkpointing, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
                      dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
-    return SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+    if ws.accumulation > 1:
+        # Micro-batches must add up to one batch's loss: TRL's SFT loss divides by the accumulated batch's label
+        # tokens (``num_items_in_batch``) itself, but transformers counts them only for a model that declares it takes
+        # loss arguments; Gemma 4's multimodal class declares it does not, and each micro-batch would then be
+        # averaged on its own. Public Trainer attribute.
+        trainer.model_accepts_loss_kwargs = True
+    return trainer
