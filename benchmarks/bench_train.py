@@ -9,9 +9,9 @@ embedded model), each in its own process so that each one's peak resident memory
 - ``after``: ``configs/demo.yaml`` as it is now, in one malloc arena as ``haggler`` runs.
 
 Each runs ``--steps`` optimizer steps through TRL; the mean of all but the first (which pays for warming up) is
-reported, split into the rollout (the negotiations) and the update (scoring, loss, backward, optimizer). Steps
-differ (each meets other tasks, and negotiations end at different turns), so a single step's time is noisy. Then, in the same process, a bare forward and backward pass
-of the same model on the last micro-batch (prompt and completion tokens, the same attention mask) with a plain
+reported, split into the rollout (the negotiations) and the update (scoring, loss, backward, optimizer): steps
+differ (each meets other tasks, and negotiations end at different turns), so one step's time is noisy. Then, in
+the same process, a bare forward and backward pass of the same model on the last micro-batch (prompt and completion tokens, the same attention mask) with a plain
 masked log-likelihood loss: the update's tokens per second against it (a target of 0.7x). Targets of the
 comparison: 2x negotiations per minute, and the after configuration's peak memory under 6 GB. Ends with one
 JSON line.
@@ -124,7 +124,8 @@ def one(config: str, steps: int, overrides: dict) -> dict:
     return {
         "model": path, "rollouts_per_step": rows, "micro_batches": micro, "bf16": bool(trainer.args.bf16),
         "padded_tokens_per_micro_batch": input_ids.numel(), "real_tokens_per_micro_batch": int(attention.sum()),
-        "steps_counted": len(clock.step_s[counted]), "step_s": round(step_s, 2), "rollout_s": round(roll_s, 2), "update_s": round(step_s - roll_s, 2),
+        "steps_counted": len(clock.step_s[counted]), "step_s": round(step_s, 2), "rollout_s": round(roll_s, 2),
+        "update_s": round(step_s - roll_s, 2),
         "bare_forward_backward_s": round(bare_s, 2), "update_vs_bare": round(bare_s / update_per_micro, 2),
         "negotiations_per_min": round(rows / step_s * 60, 2),
         "peak_rss_gb": round(train_peak, 2),  # the training's (the bare pass after it is the benchmark's own)

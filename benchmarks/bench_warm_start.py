@@ -43,18 +43,17 @@ def one(config: str, out: str, overrides: dict) -> dict:
     seconds = time.perf_counter() - t
     ws = cfg.warm_start
     return {"seconds": round(seconds, 1), "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, 2),
-            "batch_size": ws.batch_size, "micro_batch_size": ws.micro_batch_size or ws.batch_size,
+            "batch_size": ws.batch_size, "micro_batch_size": ws.pass_size,
             "gradient_checkpointing": ws.gradient_checkpointing, "model_dir": out}
 
 
 def weight_gaps(before: str, after: str, base: str) -> dict:
     """The largest difference between the two warm starts' weights, and the largest change from the base."""
-    import torch
     from safetensors.torch import load_file
 
-    a, b = load_file(str(Path(before) / "model.safetensors")), load_file(str(Path(after) / "model.safetensors"))
     from haggler.training.common import load_policy
 
+    a, b = load_file(str(Path(before) / "model.safetensors")), load_file(str(Path(after) / "model.safetensors"))
     start = load_policy(base, "float32")[0].state_dict()
     moved = max((a[k].float() - start[k].float()).abs().max().item() for k in a if k in start)
     gap = max((a[k].float() - b[k].float()).abs().max().item() for k in a)

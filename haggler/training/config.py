@@ -79,9 +79,14 @@ class WarmStartConfig(Strict):
         return self
 
     @property
+    def pass_size(self) -> int:
+        """Examples per forward and backward pass."""
+        return self.micro_batch_size or self.batch_size
+
+    @property
     def accumulation(self) -> int:
         """Micro-batches per optimizer step."""
-        return self.batch_size // (self.micro_batch_size or self.batch_size)
+        return self.batch_size // self.pass_size
 
 
 class LoraConfig(Strict):

@@ -108,7 +108,7 @@ def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[s
     assert ws is not None
     args = SFTConfig(output_dir=str(cfg.warm_start_dir() / "trainer"), learning_rate=ws.learning_rate,
                      num_train_epochs=ws.epochs, max_steps=ws.max_steps,
-                     per_device_train_batch_size=ws.micro_batch_size or ws.batch_size,
+                     per_device_train_batch_size=ws.pass_size,
                      gradient_accumulation_steps=ws.accumulation,
                      logging_steps=1, save_strategy="no", report_to="none", bf16=resolve_bf16(cfg), use_cpu=g.use_cpu,
                      gradient_checkpointing=ws.gradient_checkpointing, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
