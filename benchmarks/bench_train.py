@@ -5,8 +5,9 @@ embedded model), each in its own process so that each one's peak resident memory
 
 - ``before``: the recipe as it was (full fine-tuning in float32, sampling in float32, one micro-batch of two
   groups, observations that relay the buyer's words and state the table offer's score alone, glibc's
-  per-thread malloc arenas);
-- ``after``: ``configs/demo.yaml`` as it is now, in one malloc arena as ``haggler`` runs.
+  per-thread malloc arenas, TRL's fused LM head projecting every position through the vocabulary);
+- ``after``: ``configs/demo.yaml`` as it is now, in one malloc arena as ``haggler`` runs, the update projecting
+  only the seller's sampled tokens (``training/loss_tokens.py``).
 
 Each runs ``--steps`` optimizer steps through TRL; the mean of all but the first (which pays for warming up) is
 reported, split into the rollout (the negotiations) and the update (scoring, loss, backward, optimizer): steps
@@ -35,7 +36,7 @@ BEFORE = {"grpo.bf16": False, "grpo.per_device_train_batch_size": 8, "grpo.gradi
           "lora": None, "prompt.relay_messages": True, "prompt.compare_no_deal": False}
 
 
-def one(config: str, steps: int, overrides: dict) -> dict:
+def one(config: str, steps: int, overrides: dict, loss_tokens_only: bool) -> dict:
     """One configuration's GRPO steps in this process; its figures."""
     import torch
     from transformers import TrainerCallback
@@ -55,7 +56,7 @@ def one(config: str, steps: int, overrides: dict) -> dict:
 
         path = resolve_model_path(cfg.model)
     model, tokenizer = load_policy(path, cfg.dtype)
-    trainer = build_trainer(cfg, model, tokenizer, training_tasks(cfg))
+    trainer = build_trainer(cfg, model, tokenizer, training_tasks(cfg), loss_tokens_only=loss_tokens_only)
 
     rollout_s: list[float] = []
     rollout = trainer.rollout_func
@@ -144,7 +145,8 @@ def main() -> None:
             from haggler.cli import one_malloc_arena
 
             one_malloc_arena()
-        print(json.dumps(one(args.config, args.steps, BEFORE if args.child == "before" else {})))
+        before = args.child == "before"
+        print(json.dumps(one(args.config, args.steps, BEFORE if before else {}, loss_tokens_only=not before)))
         return
     figures = {}
     for name in ("before", "after"):  # one after the other: the two never share the 2 cores

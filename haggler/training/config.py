@@ -110,6 +110,7 @@ class GRPOSettings(Strict):
     temperature: float = Field(1.0, gt=0)
     beta: float = Field(0.0, ge=0)  # KL coefficient; 0 loads no reference model
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
+    num_iterations: int = Field(1, ge=1)  # updates per batch of rollouts (GRPO's mu); above 1 the ratio is clipped
     scale_rewards: Literal["group", "batch", "none"] = "group"
     epsilon: float = Field(0.2, gt=0)
     max_grad_norm: float = Field(1.0, gt=0)

@@ -276,11 +276,17 @@ def linear_module_names(model: Any) -> list[str]:
 
 
 def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task] | None = None,
-                  rollout: NegotiationRollout | None = None, callbacks: list[Any] | None = None) -> Any:
+                  rollout: NegotiationRollout | None = None, callbacks: list[Any] | None = None,
+                  loss_tokens_only: bool = True) -> Any:
+    """TRL's GRPO trainer over the negotiation tasks. ``loss_tokens_only``: the update projects only the seller's
+    sampled tokens through the vocabulary (``loss_tokens.py``: the same loss); False keeps TRL's head as it is
+    (``benchmarks/bench_train.py``'s before)."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is experimental in TRL: pinned version
     # Lazy: datasets and TRL take seconds to import; config validation and --help must not wait.
     from datasets import Dataset
     from trl import GRPOTrainer
+
+    from haggler.training.loss_tokens import LossTokenGRPOTrainer
 
     tasks = tasks if tasks is not None else training_tasks(cfg)
     rollout = rollout or NegotiationRollout(cfg, tasks)
@@ -291,10 +297,11 @@ def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task
 
         validation = ValidationCallback(Validator(cfg), rollout.policy, cfg.output_dir)
         callbacks.append(validation)
-    trainer = GRPOTrainer(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)], args=grpo_args(cfg),
-                          train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
-                          processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg, model),
-                          callbacks=callbacks)
+    trainer_class = LossTokenGRPOTrainer if loss_tokens_only else GRPOTrainer
+    trainer = trainer_class(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)],
+                            args=grpo_args(cfg), train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
+                            processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg, model),
+                            callbacks=callbacks)
     if validation is not None:
         validation.attach(trainer)
     return trainer
