@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 VOCAB_CHUNK = 32768
 # Text-config fields by which some heads rescale their logits; TRL's head repeats them, this one does not.
 OTHER_SCALES = ("output_multiplier", "lm_head_multiplier", "logits_scaling")
+# Per-token log-probabilities TRL computes itself with its own head (rows x completion tokens), next to the loss's.
+TRL_LOG_PROBS = ("old_per_token_logps", "ref_per_token_logps", "sampling_per_token_logps")
 
 # The micro-batch's loss mask (rows x completion tokens) while TRL computes its loss; None otherwise, so a forward
 # with the fused head outside the loss (old or reference log-probabilities) takes TRL's path.
@@ -138,8 +140,7 @@ class LossTokenGRPOTrainer(GRPOTrainer):
         # set to the compact head's 0 outside the mask: the loss never reads them there, and exp(0 - old) could
         # overflow to inf where a token was very unlikely, and inf * 0 is NaN.
         on = mask.bool()
-        inputs = {k: torch.where(on, v, 0.0) if k in ("old_per_token_logps", "ref_per_token_logps",
-                                                      "sampling_per_token_logps")
-                  and torch.is_tensor(v) and v.shape == on.shape else v for k, v in inputs.items()}
+        inputs = {k: torch.where(on, v, 0.0) if k in TRL_LOG_PROBS and torch.is_tensor(v) else v
+                  for k, v in inputs.items()}
         with loss_mask(mask):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
