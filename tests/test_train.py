@@ -411,3 +411,20 @@ def test_lora_on_the_top_layers_adapts_and_trains_only_those(tmp_path, tokenizer
         from haggler.training.grpo import peft_config
 
         peft_config(config(tmp_path, lora={"layers": 3}), model)
+
+
+def test_resume_skips_a_checkpoint_left_half_written(tmp_path):
+    """A run killed while saving leaves checkpoint-N without trainer_state.json (the Trainer writes it last):
+    resuming takes the newest complete one, and none where none is complete."""
+    for step, complete in ((2, True), (10, True), (12, False), (3, False)):
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        (d / "model.safetensors").write_text("")
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    (tmp_path / "checkpoint-x").mkdir()
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-10")  # 10 > 2 by number, not by text
+    empty = tmp_path / "only-partial"
+    (empty / "checkpoint-1").mkdir(parents=True)
+    assert latest_checkpoint(str(empty)) is None
+    assert latest_checkpoint(str(tmp_path / "absent")) is None

@@ -308,10 +308,14 @@ def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task
 
 
 def latest_checkpoint(output_dir: str) -> str | None:
-    # Lazy: transformers takes seconds to import.
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    """The newest complete ``checkpoint-N``: one whose ``trainer_state.json`` is there. The Trainer writes that file
+    last, so a run killed while it saved leaves a newer folder without it, which cannot be resumed from."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return None
+    steps = [(int(p.name.split("-", 1)[1]), p) for p in out.glob("checkpoint-*")
+             if p.name.split("-", 1)[1].isdigit() and (p / "trainer_state.json").is_file()]
+    return str(max(steps)[1]) if steps else None
 
 
 def save_final(trainer: Any, cfg: TrainConfig, base: str, selected: dict[str, Any] | None = None) -> Path:
