@@ -57,7 +57,7 @@ bootstrap: 200
     return tmp_path / "study.yaml"
 
 
-def check_complete(study_path):
+def check_complete(study_path, steps=2):
     cfg = load_study(study_path)
     arms, trainings = plan_arms(cfg)
     out = Path(cfg.output_dir)
@@ -67,7 +67,7 @@ def check_complete(study_path):
     assert all(r.ended_by != "error" for r in records)
     for tc in trainings.values():
         marker = read_card(tc.final_model_dir())
-        assert marker["steps"] == 2
+        assert marker["steps"] == steps
     summary = json.loads((out / "report" / "summary.json").read_text())
     assert set(summary["arms"]) == {"tiny", "tiny-rl-lr1e-3", "linear"}
     assert {c["family"] for c in summary["comparisons"]} == {"rl_vs_base", "vs_reference"}
@@ -89,7 +89,10 @@ def test_study_runs_and_a_rerun_does_nothing_again(tmp_path, tokenizer):  # noqa
 
 
 def test_a_study_killed_during_training_resumes(tmp_path, tokenizer):  # noqa: F811
-    path = write_study(tmp_path, tokenizer, steps=2)
+    # Enough steps that the run cannot finish between checkpoint-1 appearing and the kill (with 2 steps, a
+    # fast machine once did); killed at once, possibly mid-save, which resume must survive too.
+    steps = 8
+    path = write_study(tmp_path, tokenizer, steps=steps)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "haggler.cli", "study", "run", str(path), "--no-progress"],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -97,17 +100,16 @@ def test_a_study_killed_during_training_resumes(tmp_path, tokenizer):  # noqa: F
     train_dir = tmp_path / "study" / "train" / "tiny-lr1e-3-s0"
     deadline = time.time() + 300
     while time.time() < deadline and not (train_dir / "checkpoint-1").is_dir():
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert (train_dir / "checkpoint-1").is_dir(), "training never wrote its first checkpoint"
-    time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not is_complete(train_dir / "final")
     lines = []
     run_study(load_study(path), log=lines.append, progress=False)
-    check_complete(path)
+    check_complete(path, steps=steps)
     log = json.loads((train_dir / "train_log.jsonl").read_text().splitlines()[-1])
-    assert log.get("step", 2) == 2
+    assert log.get("step", steps) == steps
 
 
 def test_a_bad_study_config_names_the_key(tmp_path):
