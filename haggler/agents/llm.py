@@ -6,8 +6,9 @@ wrote (the other side's turns, template tokens, cues). Sampled ids are appended 
 history is never re-rendered, so the sequence is exactly what the model saw, and its ``Trajectory``
 (prompt ids, completion ids, a mask of sampled tokens, the sampler's log-probabilities) is ready for RL.
 
-Chat formatting comes from the tokenizer's own template, probed once with placeholders to learn the
-text that closes an assistant turn and opens the next user turn. No model family is special-cased.
+Chat formatting comes from the tokenizer's own template, probed once with placeholders (``engine/chat.py``):
+the text that closes an assistant turn and opens the next user turn, where the system prompt goes, the token
+that ends a turn, the thinking mode. No model family is special-cased.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from haggler.agents.format.prompts import (MESSAGE_CUE, PromptSettings, accept_n
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
+from haggler.engine.chat import chat_format
 from haggler.engine.interfaces import Sample, Sampler, SampleRequest, Sequence
 
 
@@ -38,37 +40,6 @@ class Trajectory:
         self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
 
 
-@dataclass(frozen=True)
-class ChatFrame:
-    """The template text around messages, learned from the tokenizer's own chat template."""
-
-    close_assistant: str  # after an assistant message's content, up to and including its end-of-turn token
-    open_user: str  # between that and the next user message's content
-    after_user: str  # after a user message's content, through the generation prompt
-
-    @classmethod
-    def probe(cls, tokenizer: Any) -> ChatFrame:
-        sys_, u1, a1, u2 = "\x00SYS\x00", "\x00U1\x00", "\x00A1\x00", "\x00U2\x00"
-        base = [{"role": "system", "content": sys_}, {"role": "user", "content": u1}, {"role": "assistant", "content": a1}]
-        text = tokenizer.apply_chat_template(base + [{"role": "user", "content": u2}], tokenize=False,
-                                             add_generation_prompt=True)
-        between = text[text.index(a1) + len(a1): text.index(u2)]
-        after_user = text[text.index(u2) + len(u2):]
-        eot = tokenizer.eos_token or ""
-        cut = between.index(eot) + len(eot) if eot and eot in between else 0
-        return cls(close_assistant=between[:cut], open_user=between[cut:], after_user=after_user)
-
-
-_FRAMES: dict[int, ChatFrame] = {}
-
-
-def chat_frame(tokenizer: Any) -> ChatFrame:
-    key = id(tokenizer)
-    if key not in _FRAMES:
-        _FRAMES[key] = ChatFrame.probe(tokenizer)
-    return _FRAMES[key]
-
-
 class HFAgent:
     """One side of one negotiation, played by a local model. ``turn`` is a generator of ``SampleRequest``s."""
 
@@ -81,7 +52,7 @@ class HFAgent:
         self.settings = settings
         self.temperature = temperature
         self.spec = spec
-        self.frame = chat_frame(self.tokenizer)
+        self.frame = chat_format(self.tokenizer, settings.thinking)
         self.sequence: Sequence | None = None
         self.trajectory: Trajectory | None = None
         self.generated_texts: list[str] = []  # each sampled segment, decoded, in order
@@ -109,10 +80,8 @@ class HFAgent:
 
     def _first_prompt(self, negotiation: Negotiation) -> list[int]:
         """The chat-templated system prompt and first user message, through the generation prompt."""
-        messages = [{"role": "system", "content": system_prompt_for(self.scenario, self.side, self.settings)},
-                    {"role": "user", "content": observe(negotiation, self.side, self.settings)}]
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return self.frame.first_prompt(self.tokenizer, system_prompt_for(self.scenario, self.side, self.settings),
+                                       observe(negotiation, self.side, self.settings))
 
     def final_trajectory(self, negotiation: Negotiation) -> Trajectory:
         """What a trainer gets of this agent once ``negotiation`` is over: its trajectory, or, if it never
@@ -121,7 +90,7 @@ class HFAgent:
         if self.trajectory is not None:
             return self.trajectory
         empty = Trajectory(prompt_ids=self._first_prompt(negotiation))
-        empty.add([self.tokenizer.eos_token_id], sampled=False)
+        empty.add([self.frame.end_of_turn], sampled=False)
         return empty
 
     def _open_turn(self, negotiation: Negotiation) -> None:
@@ -136,9 +105,10 @@ class HFAgent:
         else:
             self._env(self.frame.open_user + observe(negotiation, self.side, self.settings) + self.frame.after_user)
 
-    def _sample(self, max_new: int, stop_chars: str, slot: str) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
-        """Fill one slot ("reply", "message", "action" or "issue:K") with the model's own tokens."""
-        sample = yield SampleRequest(self.model, self.sequence, max_new, self.temperature, stop_chars)
+    def _sample(self, max_new: int, stop_chars: str, slot: str,
+                stop_ids: frozenset[int] = frozenset()) -> Generator[SampleRequest, Sample, tuple[str, Sample]]:
+        """Fill one slot ("thought", "reply", "message", "action" or "issue:K") with the model's own tokens."""
+        sample = yield SampleRequest(self.model, self.sequence, max_new, self.temperature, stop_chars, stop_ids)
         self.trajectory.add(sample.ids, sampled=True, logprobs=sample.logprobs)
         self.generated_texts.append(self.tokenizer.decode(sample.ids))
         # The end-of-turn token closes the slot; it is not part of the answer ("3<|im_end|>" reads as "3").
@@ -149,12 +119,25 @@ class HFAgent:
         if last is None or last.stopped != "eos":
             self._env(self.frame.close_assistant)
 
+    def _think(self) -> Generator[SampleRequest, Sample, str]:
+        """The thought before the answer, in the template's markers: the environment opens it, the model writes
+        it until its closing token (or its budget, when the environment closes it). Its tokens are the model's."""
+        thought = self.frame.thought
+        self._env(thought.open)
+        said, sample = yield from self._sample(self.settings.thought_tokens, "", "thought", frozenset({thought.close_id}))
+        if sample.ids and sample.ids[-1] == thought.close_id:
+            said = self.tokenizer.decode(sample.ids[:-1])
+        else:
+            self._env(thought.close)
+        return said.strip()
+
     def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
         self._open_turn(negotiation)
+        thought = (yield from self._think()) if self.frame.thought is not None else ""
         if not self.settings.cues:
             text, last = yield from self._sample(self.settings.reply_tokens, "", "reply")
             self._close_turn(last)
-            return Reply(text, parse_reply(text, self.scenario))
+            return Reply(text, parse_reply(text, self.scenario), thought)
         # Cues on: the environment writes the skeleton, the model fills one slot at a time, and each
         # slot is read on its own (a number or a name for an issue, one keyword for the action).
         text = ""
@@ -198,7 +181,7 @@ class HFAgent:
             else:
                 action = Offer(tuple(chosen))
         self._close_turn(last)
-        return Reply(text, action)
+        return Reply(text, action, thought)
 
     def respond(self, negotiation: Negotiation) -> Reply:
         """Play one turn alone (no batching with other negotiations)."""
@@ -209,7 +192,7 @@ class HFAgent:
             return done.value
         while True:
             (sample,) = request.model.continue_batch([request.sequence], request.max_new_tokens,
-                                                     request.temperature, request.stop_chars)
+                                                     request.temperature, request.stop_chars, **request.stops())
             try:
                 request = gen.send(sample)
             except StopIteration as done:

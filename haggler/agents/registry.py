@@ -23,7 +23,8 @@ from haggler.agents.scripted import SCRIPTED, make_scripted
 from haggler.core.scenario import Scenario
 from haggler.core.types import Side
 from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
-from haggler.engine.backends.embedded import embedded_model_dir
+from haggler.engine.backends.embedded import EMBEDDED as EMBEDDED_MODELS, embedded_model_dir
+from haggler.engine.backends.embedded import missing as missing_embedded
 from haggler.engine.card import card_prompt
 
 KINDS = ("scripted", "negmas", "hf", "openai", "adversary")
@@ -85,8 +86,8 @@ def prompt_for_model(name: str, settings: PromptSettings) -> PromptSettings:
 def model_folder(name: str) -> Path:
     """Where ``hf:NAME`` is on disk: the embedded model's materialized folder, or NAME as a path (which
     does not exist for a Hugging Face id)."""
-    if name == EMBEDDED:
-        return embedded_model_dir()
+    if name in EMBEDDED_MODELS:
+        return embedded_model_dir(name)
     return Path(name).expanduser()
 
 
@@ -96,7 +97,10 @@ def check_model_source(name: str) -> None:
     A Hugging Face id (``org/name``) cannot be checked without the network, except offline, where it
     must already be in the local cache.
     """
-    if name == EMBEDDED:
+    if name in EMBEDDED_MODELS:
+        why = missing_embedded(name)
+        if why:
+            raise SpecError(why)
         return
     path = Path(name).expanduser()
     if path.exists():

@@ -23,6 +23,7 @@ from haggler.agents.registry import make_agent
 from haggler.core.protocol import Negotiation, ProtocolConfig
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Offer, Reply
+from haggler.engine.chat import chat_format
 from haggler.engine.interfaces import Sample, SampleRequest, Sequence
 from haggler.engine.rollout import Game, play_lockstep
 
@@ -37,9 +38,10 @@ class TeacherSampler:
     reply ends on the end-of-turn token, as a model closes its turn.
     """
 
-    def __init__(self, tokenizer: Any, name: str) -> None:
+    def __init__(self, tokenizer: Any, name: str, end_of_turn: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.name = name
+        self.end_of_turn = end_of_turn if end_of_turn is not None else chat_format(tokenizer).end_of_turn
         self._queue: deque[Sample] = deque()
 
     def describe(self) -> dict[str, Any]:
@@ -53,11 +55,12 @@ class TeacherSampler:
             ids = self.tokenizer.encode(text, add_special_tokens=False)
             last = end_turn and i == len(texts) - 1
             if last:
-                ids = ids + [self.tokenizer.eos_token_id]
+                ids = ids + [self.end_of_turn]
             self._queue.append(Sample(ids=ids, logprobs=[0.0] * len(ids), stopped="eos" if last else "stop"))
 
     def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]:
+                       stop_chars: str = "\n", generator: Any = None,
+                       stop_ids: frozenset[int] = frozenset()) -> list[Sample]:
         """Append the next queued continuation to each sequence and return it (as a model's samples are)."""
         out = []
         for seq in seqs:
@@ -69,19 +72,20 @@ class TeacherSampler:
         return out
 
 
-def slot_texts(reply: Reply, scenario: Scenario, settings: PromptSettings) -> list[str]:
+def slot_texts(reply: Reply, scenario: Scenario, settings: PromptSettings, thought_close: str | None = None) -> list[str]:
     """A (valid) reply as the texts of the slots an ``HFAgent`` with ``settings`` asks for, in its order:
-    the message (if it has that slot), the action, one option per issue for an offer; or, cues off, the
-    whole reply."""
+    an empty thought (``thought_close``, the template's closing marker, where the format thinks), the message
+    (if it has that slot), the action, one option per issue for an offer; or, cues off, the whole reply."""
     message = split_message(reply.text)
     action = reply.action
     word = "offer" if isinstance(action, Offer) else "accept" if isinstance(action, Accept) else "walk away"
+    thought = [thought_close] if settings.thinking and thought_close else []
     if not settings.cues:
         lines = [f"Message: {message}", f"Action: {word}"]
         if isinstance(action, Offer):
             lines += [f"{k}: {v}" for k, v in scenario.names_of(action.outcome).items()]
-        return ["\n".join(lines)]
-    texts = [f" {message}\n"] if settings.message_tokens > 0 else []
+        return thought + ["\n".join(lines)]
+    texts = thought + ([f" {message}\n"] if settings.message_tokens > 0 else [])
     texts.append(f" {1 + ACTION_WORDS.index(word)}\n" if settings.numbered_actions else f" {word}\n")
     if isinstance(action, Offer):
         for k, o in enumerate(action.outcome):
@@ -113,7 +117,9 @@ class TeacherAgent:
     def turn(self, negotiation: Negotiation) -> Generator[SampleRequest, Sample, Reply]:
         reply = self.teacher.respond(negotiation)  # decided when the turn opens, from what the seller sees
         settings = self.agent.settings
-        self.sampler.queue(slot_texts(reply, self.agent.scenario, settings), end_turn=not settings.cues)
+        thought = self.agent.frame.thought
+        self.sampler.queue(slot_texts(reply, self.agent.scenario, settings, thought.close if thought else None),
+                           end_turn=not settings.cues)
         return (yield from self.agent.turn(negotiation))
 
 

@@ -119,7 +119,7 @@ class Negotiation:
             raise RuntimeError("the negotiation has ended; no more turns")
         side = self.to_move
         action = self._validate(side, reply.action)
-        turn = Turn(index=len(self.turns), speaker=side, text=reply.text, action=action)
+        turn = Turn(index=len(self.turns), speaker=side, text=reply.text, action=action, thought=reply.thought)
         self.turns.append(turn)
         if isinstance(action, Offer):
             self.table = (side, action.outcome)
@@ -158,7 +158,8 @@ def action_to_json(scenario: Scenario, action: Action) -> dict[str, Any]:
 def transcript(negotiation: Negotiation) -> list[dict[str, Any]]:
     scenario = negotiation.scenario
     return [
-        {"turn": t.index, "speaker": t.speaker, "text": t.text, "action": action_to_json(scenario, t.action)}
+        {"turn": t.index, "speaker": t.speaker, "text": t.text, "action": action_to_json(scenario, t.action),
+         **({"thought": t.thought} if t.thought else {})}
         for t in negotiation.turns
     ]
 

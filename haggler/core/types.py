@@ -47,10 +47,12 @@ Action: TypeAlias = Offer | Accept | WalkAway | Invalid
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What an agent says on its turn: free text (never binding) and one action (binding)."""
+    """What an agent says on its turn: free text (never binding) and one action (binding); a model that thinks
+    before it answers also has its thought, kept for the transcript, never shown to the other side."""
 
     text: str
     action: Action
+    thought: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +61,4 @@ class Turn:
     speaker: Side
     text: str
     action: Action
+    thought: str = ""  # private to the speaker: never relayed, never parsed

@@ -41,12 +41,15 @@ class Sample:
 
 @runtime_checkable
 class Sampler(Protocol):
-    """A model that continues token sequences: every sequence gets one continuation, appended to it."""
+    """A model that continues token sequences: every sequence gets one continuation, appended to it. A
+    continuation stops after a token whose text holds one of ``stop_chars``, at one of ``stop_ids`` (a thought's
+    closing token), at an end of turn, or at its budget. Callers pass ``stop_ids`` only when they have some."""
 
     tokenizer: Any
 
     def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]: ...
+                       stop_chars: str = "\n", generator: Any = None,
+                       stop_ids: frozenset[int] = frozenset()) -> list[Sample]: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -57,7 +60,7 @@ class BatchingSampler(Sampler, Protocol):
     resolved as soon as its sequence is done (sequences submitted later join the running batch)."""
 
     def submit(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-               stop_chars: str = "\n") -> list[Future]: ...
+               stop_chars: str = "\n", stop_ids: frozenset[int] = frozenset()) -> list[Future]: ...
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class SampleRequest:
     max_new_tokens: int
     temperature: float
     stop_chars: str
+    stop_ids: frozenset[int] = frozenset()
+
+    def stops(self) -> dict[str, Any]:
+        """The keyword arguments that say where this request stops beyond ``stop_chars`` (none when it has none,
+        so samplers that never stop on ids need not take them)."""
+        return {"stop_ids": self.stop_ids} if self.stop_ids else {}
 
 
 @runtime_checkable

@@ -84,7 +84,7 @@ def _advance(game: Game, answer: Any = None, error: BaseException | None = None)
 
 
 def _batch_key(request: SampleRequest) -> tuple:
-    return (id(request.model), request.temperature, request.stop_chars)
+    return (id(request.model), request.temperature, request.stop_chars, request.stop_ids)
 
 
 class _Driver:
@@ -139,7 +139,8 @@ class _Driver:
         r = group[0].request
         try:
             futures = r.model.submit([g.request.sequence for g in group],
-                                     [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
+                                     [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars,
+                                     **r.stops())
         except Exception as err:  # noqa: BLE001 - a request the model refuses ends its games as errors
             for g in group:
                 _advance(g, None, err)
@@ -155,7 +156,7 @@ class _Driver:
         for g in group:
             g.in_flight = True
         call = asyncio.to_thread(r.model.continue_batch, [g.request.sequence for g in group],
-                                 [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars)
+                                 [g.request.max_new_tokens for g in group], r.temperature, r.stop_chars, **r.stops())
         self.tasks[asyncio.ensure_future(call)] = (True, group)
 
     def answer(self, done: set[asyncio.Future]) -> None:

@@ -69,6 +69,12 @@ class PromptSettings(Strict):
     # what a small seller gets most wrong (the warm-started SmolLM2 accepted 25% of offers worth less than no
     # deal, 47% of those worth more), and RL without it mostly learned to accept less whatever the offer.
     accept_verdict: bool = False
+    # thinking: the model thinks before each reply, in its chat template's thinking mode (Gemma 4's <|think|>,
+    # Qwen3's <think>), up to thought_tokens; the thought is the model's own tokens (trained on like the rest of its
+    # turn) and stays in the transcript, but is never parsed as the action nor shown to the other side. Off: the
+    # template's non-thinking mode (enable_thinking=False).
+    thinking: bool = False
+    thought_tokens: int = Field(256, ge=1)
 
     @property
     def numbered(self) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from haggler.engine.chat import end_of_turn_ids
 from haggler.engine.interfaces import Sample, Sequence
 
 # (prompts as token ids, per-row budgets, temperature, stop characters) -> per row (token ids, logprobs)
@@ -36,7 +37,8 @@ class VLLMModel:
     def from_trainer(cls, trainer: Any) -> VLLMModel:
         gen = trainer.vllm_generation
         tok = trainer.processing_class
-        eos = [tok.eos_token_id, *getattr(trainer, "eos_token_ids", [])]
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        eos = [*end_of_turn_ids(model.generation_config, tok), *getattr(trainer, "eos_token_ids", [])]
         if gen.mode == "colocate":
             if getattr(gen, "tensor_parallel_size", 1) > 1:
                 raise ValueError("grpo: colocated vLLM with tensor parallelism is not supported for negotiation "
@@ -44,7 +46,7 @@ class VLLMModel:
             fn = colocated_generate(gen.llm)
         else:
             fn = server_generate(gen.vllm_client)
-        name = getattr(trainer.accelerator.unwrap_model(trainer.model), "name_or_path", "") or "policy"
+        name = getattr(model, "name_or_path", "") or "policy"
         return cls(name, tok, fn, [e for e in eos if e is not None])
 
     def describe(self) -> dict[str, Any]:
@@ -58,12 +60,13 @@ class VLLMModel:
         return self._stop_pieces[stop_chars]
 
     def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]:
+                       stop_chars: str = "\n", generator: Any = None,
+                       stop_ids: frozenset[int] = frozenset()) -> list[Sample]:
         if not seqs:
             return []
         budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(seqs)
         results = self._generate([list(s.ids) for s in seqs], budgets, temperature, stop_chars)
-        stops, eos = self._stops(stop_chars), set(self.eos_ids)
+        stops, eos = self._stops(stop_chars) | stop_ids, set(self.eos_ids)
         out = []
         for seq, budget, (ids, lps) in zip(seqs, budgets, results):
             ids, lps = list(ids)[:budget], list(lps)[:budget]

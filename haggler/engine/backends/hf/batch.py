@@ -17,14 +17,16 @@ from typing import Any, Protocol
 
 import torch
 
-from haggler.engine.backends.hf.cache import buffered_cache, padded_past
+from haggler.engine.backends.hf.cache import buffered_cache, buffers, padded_past
+from haggler.engine.backends.hf.layout import ModelLayout
 from haggler.engine.interfaces import Sample, Sequence
 
 
 class Decoder(Protocol):
     """What a batch needs of its model (``HFModel`` is one)."""
 
-    model: Any  # the torch module; its config shapes the caches
+    model: Any  # the torch module
+    layout: ModelLayout  # its layers, as the caches and masks must know them
     device: str
     pad_id: int
     kv_reuse: bool  # off: every sequence is read in full each call, and leaves without a cache
@@ -208,7 +210,7 @@ class Batch:
     def _read(self, ids: list[int]) -> list[tuple[Any, Any]]:
         """One sequence's keys and values, read in a pass of its own."""
         m, clock = self.m, time.perf_counter()
-        cache = buffered_cache(m.model.config, len(ids), 0, None)
+        cache = buffered_cache(m.layout, len(ids), 0, None)
         mask = torch.ones((1, len(ids)), dtype=torch.long, device=m.device)
         positions = torch.arange(len(ids), device=m.device)[None]
         m.next_token_logits(torch.tensor([ids], device=m.device), mask, positions, cache)
@@ -216,7 +218,7 @@ class Batch:
         m.stats["shared_prefix_tokens"] += len(ids)
         m.stats["prompt_tokens"] += len(ids)
         m.stats["prefill_s"] += time.perf_counter() - clock
-        return [(layer.keys, layer.values) for layer in cache.layers]
+        return [(layer.keys, layer.values) for layer in buffers(cache)]
 
     def _kept(self, seq: Sequence) -> int:
         return min(seq.cached, len(seq.ids) - 1) if self.m.kv_reuse and seq.cache is not None else 0
@@ -234,7 +236,7 @@ class Batch:
         chunks = [s.ids[k:] for s, k in zip(seqs, keep)]
         input_ids, mask = layout(chunks, keep, m.pad_id)
         n_in, width = max(len(c) for c in chunks), max(keep)
-        cache = buffered_cache(m.model.config, width + n_in, width, padded_past(seqs, keep, width, width + n_in))
+        cache = buffered_cache(m.layout, width + n_in, width, padded_past(seqs, keep, width, width + n_in))
         mask = mask.to(m.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = m.next_token_logits(input_ids.to(m.device), mask, positions[:, width:], cache)
@@ -248,7 +250,7 @@ class Batch:
             past, fresh = slice(width - keep[r], width), slice(width + n_in - len(chunks[r]), width + n_in)
             kv = [(torch.cat([layer.keys[r: r + 1, :, past], layer.keys[r: r + 1, :, fresh]], dim=2),
                    torch.cat([layer.values[r: r + 1, :, past], layer.values[r: r + 1, :, fresh]], dim=2))
-                  for layer in cache.layers]
+                  for layer in buffers(cache)]
             if i in going:
                 self._place(job, kv, keep[r] + len(chunks[r]))
             else:
@@ -274,7 +276,7 @@ class Batch:
 
     def _resize(self, rows: int, capacity: int, shift: int = 0) -> None:
         """New buffers of ``rows`` x ``capacity``, the filled columns copied ``shift`` columns to the right."""
-        for layer in self.cache.layers:
+        for layer in buffers(self.cache):
             layer.grow(rows, capacity, self.c, shift)
         mask = torch.zeros((rows, capacity), dtype=self.mask.dtype, device=self.mask.device)
         mask[: self.mask.shape[0], shift: shift + self.c] = self.mask[:, : self.c]
@@ -285,13 +287,13 @@ class Batch:
     def _place(self, job: Job, kv: list[tuple[Any, Any]], length: int) -> None:
         if self.cache is None:  # the first row: buffers shaped after its cache
             n, cap = len(self.rows), self.c + 64
-            self.cache = buffered_cache(self.m.model.config, cap, self.c,
+            self.cache = buffered_cache(self.m.layout, cap, self.c,
                                         [(k.new_zeros((n, k.shape[1], cap, k.shape[3])),
                                           v.new_zeros((n, v.shape[1], cap, v.shape[3]))) for k, v in kv])
             self.mask = torch.zeros((n, cap), dtype=torch.long, device=kv[0][0].device)
         row = self.rows.index(None)
         lo = self.c - length
-        for layer, (k, v) in zip(self.cache.layers, kv):
+        for layer, (k, v) in zip(buffers(self.cache), kv):
             layer.write_row(row, lo, self.c, k[0], v[0])
         self.mask[row].zero_()
         self.mask[row, lo: self.c] = 1
@@ -320,7 +322,7 @@ class Batch:
         for r, job, token, lp in zip(live, jobs, tokens, logprobs):
             job.position += 1
             if job.take(token, lp):
-                kv = [layer.copy_row(r, job.start, self.c) for layer in self.cache.layers] if m.kv_reuse else None
+                kv = [layer.copy_row(r, job.start, self.c) for layer in buffers(self.cache)] if m.kv_reuse else None
                 self.rows[r] = None
                 job.finish(kv)
         self._tidy()
@@ -338,14 +340,14 @@ class Batch:
             return
         if len(live) <= len(self.rows) // 2:
             index = torch.tensor(live, device=self.mask.device)
-            for layer in self.cache.layers:
+            for layer in buffers(self.cache):
                 layer.select_rows(index, self.c)
             self.mask = self.mask.index_select(0, index)
             self.rows = [self.rows[r] for r in live]
             self.m.stats["compactions"] += 1
         lo = min(j.start for j in self.jobs())
         if lo >= 64 and 2 * lo >= self.c:  # views, no copy: the next growth copies only what is left
-            for layer in self.cache.layers:
+            for layer in buffers(self.cache):
                 layer.drop_columns(lo, self.c - lo)
             self.mask = self.mask[:, lo:]
             self.c -= lo

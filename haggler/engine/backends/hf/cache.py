@@ -5,6 +5,10 @@ a CPU that copy cost more than the model itself. ``BufferLayer`` keeps the ``Dyn
 model's attention calls (``update``, ``keys``, ``values``) but writes in place into a (rows, heads,
 capacity, dim) buffer of which the first ``length`` columns are filled, and hands attention views.
 The batch reshapes the buffers through its methods (grow, write a row, select rows, drop columns).
+
+Only layers that own keys and values get buffers (``ModelLayout.owns_kv``); a KV-shared layer keeps the
+``DummyLayer`` transformers gives it. A sequence's cache (``Sequence.cache``) is the list of its owned layers'
+(keys, values), in layer order.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from haggler.engine.backends.hf.layout import ModelLayout
 from haggler.engine.interfaces import Sequence
 
 
@@ -77,14 +82,20 @@ class BufferLayer(DynamicLayer):
         self.reshape(self._k[:, :, lo:], self._v[:, :, lo:], length)
 
 
-def buffered_cache(config: Any, capacity: int, length: int, past: list[tuple[Any, Any]] | None) -> DynamicCache:
-    """A DynamicCache whose layers are ``BufferLayer``s: over ``past`` (per layer (keys, values) buffers of
-    which ``length`` columns are filled), or, without it, allocated at the first update with ``capacity``."""
-    cache = DynamicCache(config=config)
-    n_layers = len(cache.layers) if cache.layers else config.num_hidden_layers
-    cache.layers = [BufferLayer(*past[i], length=length) if past else BufferLayer(capacity=capacity)
-                    for i in range(n_layers)]
+def buffered_cache(layout: ModelLayout, capacity: int, length: int, past: list[tuple[Any, Any]] | None) -> DynamicCache:
+    """A DynamicCache whose owned layers are ``BufferLayer``s: over ``past`` (per owned layer (keys, values)
+    buffers of which ``length`` columns are filled), or, without it, allocated at the first update with
+    ``capacity``. Layers that own no keys and values keep transformers' own ``DummyLayer``."""
+    cache = DynamicCache(config=layout.config)
+    owned = iter(past) if past else None
+    cache.layers = [(BufferLayer(*next(owned), length=length) if owned else BufferLayer(capacity=capacity))
+                    if own else layer for layer, own in zip(cache.layers, layout.owns_kv)]
     return cache
+
+
+def buffers(cache: DynamicCache) -> list[BufferLayer]:
+    """The layers of a ``buffered_cache`` that hold keys and values, in layer order."""
+    return [layer for layer in cache.layers if isinstance(layer, BufferLayer)]
 
 
 def padded_past(seqs: list[Sequence], keep: list[int], width: int, capacity: int) -> list[tuple[Any, Any]] | None:

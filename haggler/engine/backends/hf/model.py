@@ -23,6 +23,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from haggler.engine.backends.embedded import DEFAULT, resolve_model_path
 from haggler.engine.backends.hf.batch import Batch, Job
+from haggler.engine.backends.hf.layout import ModelLayout
+from haggler.engine.chat import end_of_turn_ids
 from haggler.engine.interfaces import Sample, Sequence
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -47,12 +49,9 @@ class HFModel:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=weights)
         self.model = model.to(self.device).eval()
+        self.layout = ModelLayout.of(self.model)
         self.tokenizer = tokenizer
-        eos = self.model.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            eos_ids.add(tokenizer.eos_token_id)
-        self.eos_ids = sorted(eos_ids)
+        self.eos_ids = end_of_turn_ids(self.model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self._stop_tables: dict[str, list[bool]] = {}
         # transformers renamed past_key_values to cache (5.2x); use whichever this version's forward takes
@@ -66,16 +65,25 @@ class HFModel:
                       "row_steps": 0, "prefill_s": 0.0, "decode_s": 0.0}
 
     def next_token_logits(self, input_ids: Any, attention_mask: Any, position_ids: Any, cache: Any) -> Any:
-        """One forward pass over ``input_ids`` that extends ``cache``; the logits of each row's last position."""
-        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        """One forward pass over ``input_ids`` that extends ``cache``; the logits of each row's last position.
+        ``attention_mask`` marks the real tokens among the cache's columns and the new ones; the attention masks
+        themselves are the layout's, counted in positions (see ``layout.py``)."""
+        masks = self.layout.masks(attention_mask, position_ids, self.model.dtype)
+        return self.model(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
                           **{self.cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :]
 
-    def _stop_table(self, stop_chars: str) -> list[bool]:
-        """Per vocabulary id: does this token's text contain a stop character? A plain list, looked up
-        once per sampled token on the host (a device tensor would cost a synchronisation per lookup)."""
+    def _stop_table(self, stop_chars: str, stop_ids: frozenset[int] = frozenset()) -> list[bool]:
+        """Per vocabulary id: does this token's text contain a stop character (or is it a stop id, or an end of
+        turn)? A plain list, looked up once per sampled token on the host (a device tensor would cost a
+        synchronisation per lookup)."""
+        if stop_ids:
+            table = list(self._stop_table(stop_chars))
+            for i in stop_ids:
+                table[i] = True
+            return table
         if stop_chars not in self._stop_tables:
             vocab = len(self.tokenizer)
-            table = [False] * max(vocab, self.model.config.vocab_size)
+            table = [False] * max(vocab, self.layout.config.vocab_size)
             if stop_chars:
                 for i, text in enumerate(self.tokenizer.batch_decode([[i] for i in range(vocab)])):
                     table[i] = any(c in text for c in stop_chars)
@@ -85,15 +93,17 @@ class HFModel:
         return self._stop_tables[stop_chars]
 
     def _jobs(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float, stop_chars: str,
-              generator: Any, done: list[Callable[[Sample], None]], fail: list[Callable[[BaseException], None]]) -> list[Job]:
+              generator: Any, done: list[Callable[[Sample], None]], fail: list[Callable[[BaseException], None]],
+              stop_ids: frozenset[int] = frozenset()) -> list[Job]:
         budgets = max_new_tokens if isinstance(max_new_tokens, list) else [max_new_tokens] * len(seqs)
         if min(budgets) < 1:
             raise ValueError(f"every sequence needs a budget of at least one token, got {budgets}")
-        stop, eos = self._stop_table(stop_chars), frozenset(self.eos_ids)
+        stop, eos = self._stop_table(stop_chars, stop_ids), frozenset(self.eos_ids)
         return [Job(s, b, temperature, stop, eos, generator, d, f) for s, b, d, f in zip(seqs, budgets, done, fail)]
 
     def continue_batch(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-                       stop_chars: str = "\n", generator: Any = None) -> list[Sample]:
+                       stop_chars: str = "\n", generator: Any = None,
+                       stop_ids: frozenset[int] = frozenset()) -> list[Sample]:
         """Sample one continuation for every sequence, batched, append it to the sequence, and return them.
 
         Each sequence keeps the key-value cache of the tokens it has already been through, so only
@@ -111,7 +121,7 @@ class HFModel:
             raise err
 
         jobs = self._jobs(seqs, max_new_tokens, temperature, stop_chars, generator,
-                          [keep(i) for i in range(len(seqs))], [fail] * len(seqs))
+                          [keep(i) for i in range(len(seqs))], [fail] * len(seqs), stop_ids)
         self.stats["calls"] += 1
         batch = Batch(self)
         with self.lock, torch.inference_mode():
@@ -121,7 +131,7 @@ class HFModel:
         return out  # type: ignore[return-value]
 
     def submit(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float,
-               stop_chars: str = "\n") -> list[Future]:
+               stop_chars: str = "\n", stop_ids: frozenset[int] = frozenset()) -> list[Future]:
         """``continue_batch`` without waiting: one future per sequence, resolved as soon as it finishes.
 
         Continuous batching: a worker thread keeps one batch decoding; sequences submitted while it runs
@@ -130,7 +140,7 @@ class HFModel:
         """
         futures = [Future() for _ in seqs]
         jobs = self._jobs(seqs, max_new_tokens, temperature, stop_chars, None,
-                          [f.set_result for f in futures], [f.set_exception for f in futures])
+                          [f.set_result for f in futures], [f.set_exception for f in futures], stop_ids)
         with self._queue_lock:
             self.stats["calls"] += 1
             self._queue.extend(jobs)
