@@ -10,6 +10,10 @@ Stages, each in a subprocess of its own with a time limit, so that one failure d
             rollout function on the accelerator's device) with the embedded model, 2 steps, no vLLM
   bench     ``benchmarks/bench_rollout.py`` on the GPU, 8 negotiations of 4 turns: lockstep against one at a time
   run       ``haggler run`` of an 8-scenario grid with an ``hf:default`` seller: results name the device
+  gemma4    a Gemma 4 E2B-shaped model built from its config with random weights (35 layers, 20 of them
+            KV-shared, hidden 1536, per-layer inputs 256, vocabulary 262,144; nothing downloaded), bf16 on
+            the GPU: 16 negotiations of rollout (sampled tokens per second), two GRPO steps with LoRA r 32 on
+            the decoder (seconds per step), peak GPU memory beside ``haggler memory 2.3B --lora``'s estimate
 
     python benchmarks/gpu_check.py [--out DIR] [--stages tests,logprobs,train,bench,run]
 
@@ -30,7 +34,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("tests", "logprobs", "train", "bench", "run")
+STAGES = ("tests", "logprobs", "train", "bench", "run", "gemma4")
 TEST_FILES = ["tests/test_llm.py", "tests/test_train.py", "tests/test_sft.py", "tests/test_warmstart.py"]
 
 
@@ -76,6 +80,71 @@ def logprob_gap() -> dict:
     return out
 
 
+# Gemma 4 E2B's text stack as reported for the hub checkpoint (FIELD-NOTES: third-party copies of its config)
+E2B = {"hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35, "num_kv_shared_layers": 20,
+       "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256, "global_head_dim": 512,
+       "hidden_size_per_layer_input": 256, "vocab_size": 262_144, "vocab_size_per_layer_input": 262_144,
+       "sliding_window": 512, "final_logit_softcapping": 30.0, "max_position_embeddings": 32_768,
+       "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7}
+
+
+# ``--small``: the same layout at toy width, to try the stage's code on a CPU before a GPU is lent
+SMALL = {**E2B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 10, "num_kv_shared_layers": 6,
+         "num_attention_heads": 2, "head_dim": 16, "global_head_dim": 32, "hidden_size_per_layer_input": 8,
+         "sliding_window": 16, "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 2}
+
+
+def gemma4_e2b(work: Path, small: bool = False) -> dict:
+    """Rollout and update of a random Gemma 4 E2B-shaped model, bf16, on this machine's accelerator."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from haggler.engine.backends.embedded import embedded_model_dir, missing
+    from haggler.engine.backends.hf import HFModel
+    from haggler.training.config import load_config
+    from haggler.training.grpo import build_trainer
+    from haggler.training.memory import estimate
+
+    # the real Gemma tokenizer where its package is installed, else SmolLM2's (ids fit either way)
+    name = "gemma3-270m" if not missing("gemma3-270m") else "default"
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir(name))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("gemma4_text", **(SMALL if small else E2B), pad_token_id=tokenizer.pad_token_id,
+                                  eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    policy = HFModel("e2b", model=model, tokenizer=tokenizer, device=device)
+    from benchmarks.compat import play, play_figures  # one definition of "plays"
+
+    start = time.perf_counter()
+    games = play(policy, 16, 6)
+    rollout_s = time.perf_counter() - start
+    sampled = sum(sum(g.agents["seller"].trajectory.env_mask) for g in games if g.agents["seller"].trajectory)
+    rollout_peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+    cfg = load_config(data={
+        "model": "default", "output_dir": str(work / "e2b"), "dtype": str(dtype).removeprefix("torch."),
+        "scenarios": {"n": 8, "seed": 1001, "max_turns": 6}, "buyers": [{"spec": "scripted:conceder"}],
+        "prompt": {"message_tokens": 0}, "lora": {"r": 32, "alpha": 64},
+        "grpo": {"learning_rate": 5e-5, "max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8,
+                 "save_steps": 1000, "report_to": "none", "bf16": device == "cuda", "use_cpu": device == "cpu",
+                 "gradient_checkpointing": True}})
+    trainer = build_trainer(cfg, model, tokenizer)
+    start = time.perf_counter()
+    trainer.train()
+    steps = [h for h in trainer.state.log_history if "step_time" in h]
+    plan = estimate("2.3B", lora=True, seq_len=1024, micro_batch=8)
+    return {"device": device, "small": small, "tokenizer": name, "parameters": params, "play": play_figures(games),
+            "rollout_s": round(rollout_s, 1), "sampled_tokens_per_s": round(sampled / rollout_s, 1),
+            "rollout_peak_gib": rollout_peak, "grpo_s_per_step": [round(h["step_time"], 1) for h in steps],
+            "train_s": round(time.perf_counter() - start, 1),
+            "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
+            "haggler_memory_estimate_gib": round(plan.total_gib, 1), "estimate_settings": plan.settings}
+
+
 def train_config(work: Path) -> Path:
     """configs/gemma4.yaml with the embedded model, scripted buyers only, 2 small steps and no vLLM."""
     import yaml
@@ -110,7 +179,7 @@ def _run(cmd: list[str], env: dict | None = None, timeout: int = 150) -> tuple[b
     return ok, text, round(time.perf_counter() - start, 1)
 
 
-def stage(name: str, work: Path) -> dict:
+def stage(name: str, work: Path, small: bool = False) -> dict:
     py = sys.executable
     if name == "tests":
         ok, text, secs = _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TEST_FILES], timeout=240)
@@ -132,6 +201,11 @@ def stage(name: str, work: Path) -> dict:
         ok, text, secs = _run([py, "benchmarks/bench_rollout.py", "--negotiations", "8", "--turns", "4"], timeout=200)
         figures = _last_json(text) if ok else None
         return {"ok": ok, "seconds": secs, "figures": figures, "tail": text[-2000:]}
+    if name == "gemma4":
+        ok, text, secs = _run([py, str(Path(__file__)), "--inner-gemma4", *(["--small"] if small else [])],
+                              {"TRL_EXPERIMENTAL_SILENCE": "1"}, timeout=400)
+        figures = _last_json(text) if ok else None
+        return {"ok": ok, "seconds": secs, "figures": figures, "tail": text[-3000:]}
     if name == "run":
         scen, grid, res = work / "scenarios.jsonl", work / "grid.jsonl", work / "results.jsonl"
         cli = [py, "-m", "haggler.cli"]
@@ -160,9 +234,16 @@ def main() -> None:
     p.add_argument("--out", default=os.environ.get("OUT", "runs/gpu-check"))
     p.add_argument("--stages", default=",".join(STAGES))
     p.add_argument("--inner-logprobs", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--inner-gemma4", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--small", action="store_true", help="the gemma4 stage at toy width (a CPU try of its code)")
     args = p.parse_args()
     if args.inner_logprobs:
         print(json.dumps(logprob_gap()))
+        return
+    if args.inner_gemma4:
+        sys.path.insert(0, str(REPO))
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(gemma4_e2b(Path(tmp), args.small)))
         return
     import torch
 
@@ -172,7 +253,7 @@ def main() -> None:
                     "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.stages.split(","):
-            report[name] = stage(name, Path(tmp))
+            report[name] = stage(name, Path(tmp), args.small)
             print(name, "ok" if report[name]["ok"] else "FAILED", report[name]["seconds"], "s", flush=True)
             (out / "gpu_check.json").write_text(json.dumps(report, indent=1))
     print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "tail"} if isinstance(v, dict) else v)

@@ -22,6 +22,7 @@ from haggler.core.scenario import ScenarioError
 from haggler.evaluation.grid import GridError
 from haggler.evaluation.results import ResultsError
 from haggler.evaluation.settings import RunSettings, default
+from haggler.training.errors import TrainingStopped
 
 
 def _csv(text: str) -> list[str]:
@@ -411,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, GridError, ResultsError, SpecError, ConfigError, ValueError) as err:
         print(f"haggler: error: {err}", file=sys.stderr)
         return 2
+    except TrainingStopped as err:  # a run that stopped on its own evidence: said, not a traceback
+        print(f"haggler: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -96,9 +96,85 @@ def test_the_hubs_multimodal_gemma4_saves_reloads_and_plays_as_a_text_model(toke
         assert len(ids[0]) > 4 * WINDOW  # the negotiation ran well past the sliding window
 
 
+def test_a_moe_checkpoint_saved_by_a_trainer_plays(tokenizer, tmp_path):
+    """TRL saves MoE models with output_router_logits on (for its auxiliary loss): a warm-started Qwen3-MoE then
+    errored on every turn, the load-balancing loss reading the engine's attention masks as padding masks."""
+    built = small_checkpoint("qwen3-moe", tokenizer, sharpen=4.0)
+    built.config.output_router_logits = True
+    built.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    games = _play(HFModel(str(tmp_path / "m")), n=2, turns=4)
+    assert all(g.negotiation.ended_by != "error" for g in games), [g.negotiation.error for g in games]
+
+
 @pytest.mark.slow
 def test_the_real_gemma3_270m_is_the_model_across_its_512_token_window(gemma3_model):
     """Google's Gemma 3 270M (window 512), rows of about 500 to 610 tokens extended by ragged turns."""
     p = ragged_parity(gemma3_model, n=3, rounds=4, prompt=490)
     assert p.longest > 512 + 64
     assert p.max_logprob_gap <= 1e-4 and p.same_as_alone
+
+
+def biased_head(model, tokenizer, allowed=(" 1", " 2", " 3", "1", "2", "3", "\n")):
+    """``model`` with an output layer of its own (untied) whose bias leaves only ``allowed`` tokens and the end of
+    turn plausible, so that its turns are numbers: offers, accepts and walk-aways all happen and rewards vary."""
+    old = model.get_output_embeddings()
+    head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    with torch.no_grad():
+        head.weight.copy_(old.weight)
+        head.bias.fill_(-30.0)
+        head.bias[sorted({i for t in allowed for i in tokenizer.encode(t, add_special_tokens=False)})] = 0.0
+        head.bias[tokenizer.eos_token_id] = -4.0
+    model.set_output_embeddings(head)
+    return model
+
+
+@pytest.mark.slow
+def test_the_hubs_multimodal_gemma4_warm_starts_trains_lora_on_its_language_model_and_reloads(tokenizer, tmp_path):
+    """Gemma 4 as the hub ships it, through ``haggler train``'s own path: warm start, a GRPO step with LoRA on
+    "all-linear" (which peft would otherwise put on the audio tower's wrapped linear layers), ``final/``
+    reloaded as the same class and played, its towers untouched. Then, with a head that makes its rewards vary,
+    two GRPO steps move the language model's adapters and nothing else."""
+    pytest.importorskip("trl")
+    pytest.importorskip("peft")
+    import re
+
+    from haggler.training.config import load_config
+    from haggler.training.grpo import build_trainer, peft_config
+    from haggler.training.recipe import run_training
+
+    built = small_checkpoint("gemma4-hub", tokenizer, sharpen=4.0)
+    built.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    data = {"model": str(tmp_path / "m"), "output_dir": str(tmp_path / "run"), "dtype": "float32",
+            "scenarios": {"n": 4, "seed": 1001, "max_turns": 4},
+            "buyers": [{"spec": "scripted:conceder"}, {"spec": "scripted:linear"}],
+            "prompt": {"message_tokens": 0, "slot_tokens": 3, "action_tokens": 3},
+            "warm_start": {"scenarios": 2, "max_steps": 1, "batch_size": 2}, "lora": {"r": 4, "alpha": 8},
+            "grpo": {"learning_rate": 1e-2, "max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8,
+                     "save_steps": 2, "report_to": "none", "use_cpu": True, "bf16": False, "seed": 3}}
+    cfg = load_config(data=data)
+    pattern = peft_config(cfg, built).target_modules
+    adapted = [n for n, _ in built.named_modules() if re.fullmatch(pattern, n)]
+    assert adapted and all(n.startswith("model.language_model.layers.") for n in adapted)
+    final = run_training(cfg, log=lambda _: None)
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(final)
+    assert type(reloaded).__name__ == "Gemma4ForConditionalGeneration"
+    start, after = built.state_dict(), reloaded.state_dict()
+    towers = [k for k in after if "_tower" in k]
+    assert towers and all(torch.equal(after[k], start[k]) for k in towers)
+    games = _play(HFModel(str(final)), n=2, turns=4)
+    assert all(g.negotiation.ended_by != "error" for g in games)
+
+    cfg = load_config(data={**data, "output_dir": str(tmp_path / "varied"), "warm_start": None,
+                            "grpo": {**data["grpo"], "max_steps": 2}})
+    model = biased_head(small_checkpoint("gemma4-hub", tokenizer, sharpen=4.0), tokenizer)
+    trainer = build_trainer(cfg, model, tokenizer)
+    peft_model = trainer.accelerator.unwrap_model(trainer.model)
+    before = {n: p.detach().clone() for n, p in peft_model.named_parameters()}
+    trainer.train()
+    rewards = [h["reward_std"] for h in trainer.state.log_history if "reward_std" in h]
+    assert rewards and max(rewards) > 0  # there was something to learn from
+    # (sampling merges the adapters into the base weights and unmerges them after: float rounding, no more)
+    moved = {n for n, p in peft_model.named_parameters() if not torch.allclose(before[n], p.detach(), atol=1e-6)}
+    assert moved and all("lora_" in n and ".language_model.layers." in n for n in moved)

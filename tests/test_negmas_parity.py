@@ -419,3 +419,33 @@ def test_the_randomized_list_is_what_draws_and_every_listed_class_matches_under_
 def test_classes_that_need_more_than_a_name_are_refused_before_a_run(name):
     with pytest.raises(SpecError, match="cannot be built from its class name alone"):
         check_spec(f"negmas:{name}")
+
+
+ANAC_DETERMINISTIC = ["HardHeaded", "CUHKAgent", "IAMhaggler", "AgentGG"]  # ANAC 2011-2019 agents, no random draws
+ANAC_RANDOMIZED = ["AgentK", "Atlas3"]  # ANAC 2010 and 2015: draw from the random stream
+
+
+def test_negotiator_classes_by_module_path_play_as_in_saomechanism():
+    """``negmas:MODULE.CLASS``: the ANAC agents that ``negmas-genius-agents`` reimplements, as faithfully as the
+    built-in classes: the same moves and endings as in NegMAS's own mechanism, and a randomized one replays its
+    seed and matches under a shared seed."""
+    pytest.importorskip("negmas_genius_agents")
+    classes = [f"negmas_genius_agents.{c}" for c in ANAC_DETERMINISTIC]
+    table, failures = parity_table(GENERATED[:1], classes, ["scripted:boulware", "scripted:linear", "scripted:tft"])
+    assert not failures, failures[:10]
+    assert all(n == 12 for _, n in table.values())
+    s = GENERATED[2]
+    for c in ANAC_RANDOMIZED:
+        for opener in ("seller", "buyer"):
+            specs, seeds = {"seller": f"negmas:negmas_genius_agents.{c}", "buyer": "scripted:linear"}, {"seller": 14,
+                                                                                                    "buyer": 15}
+            game = haggler_game(s, opener, specs, seeds)
+            assert game == haggler_game(s, opener, specs, seeds)
+            assert game == reference(s, opener, spec_seats(s, opener, specs, seeds), 14)
+    check_spec("negmas:negmas_genius_agents.HardHeaded")
+    with pytest.raises(SpecError, match="has no NoSuchAgent"):
+        check_spec("negmas:negmas_genius_agents.NoSuchAgent")
+    with pytest.raises(SpecError, match="cannot import no_such_package"):
+        check_spec("negmas:no_such_package.Agent")
+    with pytest.raises(SpecError, match="not a NegMAS SAO negotiator"):
+        check_spec("negmas:collections.OrderedDict")

@@ -115,3 +115,57 @@ def test_the_report_says_when_comparisons_share_the_buyers_random_streams():
     assert "common random numbers" in note
     assert "Only 1 of 2 cells" in sampling_notes([record(0), record(None)])[0]
     assert any("not guaranteed reproducible" in n for n in sampling_notes([record(0, "openai")]))
+
+
+def test_the_no_deal_arm_scores_every_cell_at_the_reservation_and_arms_report_surplus_good_deals_and_losses(tmp_path):
+    """A real grid: scripted:no-deal (the study's no-deal reference arm) against scripted:linear; every arm's
+    surplus over no deal is its score minus its reservation, and the no-deal arm's is 0 with no deal at all."""
+    from haggler.core.scenario import write_scenarios
+    from haggler.evaluation.grid import make_grid, write_grid
+    from haggler.evaluation.results import read_records
+    from haggler.evaluation.runner import run
+    from haggler.scenarios.generate import generate_scenarios
+
+    scenarios = generate_scenarios(6, 41, max_turns=6)
+    write_scenarios(scenarios, tmp_path / "s.jsonl")
+    write_grid(make_grid([s.id for s in scenarios], ["scripted:conceder", "scripted:boulware"], ["seller", "buyer"]),
+               tmp_path / "grid.jsonl")
+    reservation = {s.id: s.seller.reservation for s in scenarios}
+    for seller in ("scripted:no-deal", "scripted:linear", "scripted:random"):
+        run(tmp_path / "grid.jsonl", tmp_path / "s.jsonl", seller, tmp_path / "results.jsonl")
+    records = read_records(tmp_path / "results.jsonl")
+    nodeal = [r for r in records if r.seller == "scripted:no-deal"]
+    assert len(nodeal) == 24 and not any(r.deal for r in nodeal)
+    assert all(r.seller_score == reservation[r.scenario_id] and r.seller_surplus == 0.0 for r in nodeal)
+    for r in records:
+        assert r.seller_surplus == pytest.approx((r.seller_utility if r.deal else reservation[r.scenario_id])
+                                                 - reservation[r.scenario_id])
+        assert r.good_deal == bool(r.deal and r.seller_surplus > 0)
+    summary = build_report([tmp_path / "results.jsonl"], tmp_path / "report", n_boot=300)
+    pooled = summary["per_buyer"][POOLED]
+    assert pooled["scripted:no-deal"]["surplus"]["estimate"] == 0.0
+    assert pooled["scripted:no-deal"]["good_deal_rate"] == 0.0 and pooled["scripted:no-deal"]["loss_rate"] == 0.0
+    linear = [r for r in records if r.seller == "scripted:linear"]
+    assert pooled["scripted:linear"]["surplus"]["estimate"] == pytest.approx(
+        sum(r.seller_surplus for r in linear) / len(linear))
+    assert pooled["scripted:linear"]["good_deal_rate"] == sum(r.good_deal for r in linear) / len(linear) > 0
+    assert pooled["scripted:linear"]["loss_rate"] == 0.0  # AC_next never accepts below its reservation
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "surplus over no deal" in md and "good deals" in md
+    rows = list(csv.DictReader(open(tmp_path / "report" / "tables" / "arms.csv")))
+    assert {"surplus", "good_deal_rate", "loss_rate"} <= set(rows[0])
+
+
+def test_a_study_plans_the_no_deal_arm_unless_told_not_to(tmp_path):
+    from haggler.study.config import load_study, plan_arms
+
+    (tmp_path / "train.yaml").write_text("model: default\noutput_dir: x\n")
+    body = ("name: s\noutput_dir: out\ntraining: train.yaml\nbases: [{name: b, model: default}]\n"
+            "buyers: [{spec: 'scripted:tft', family: a}, {spec: 'scripted:boulware', family: b}]\n")
+    (tmp_path / "study.yaml").write_text(body)
+    arms, _ = plan_arms(load_study(tmp_path / "study.yaml"))
+    assert [(a.name, a.spec, a.kind) for a in arms if a.kind == "reference"] == [("no-deal", "scripted:no-deal",
+                                                                                   "reference")]
+    (tmp_path / "study.yaml").write_text(body + "no_deal_arm: false\n")
+    arms, _ = plan_arms(load_study(tmp_path / "study.yaml"))
+    assert not [a for a in arms if a.kind == "reference"]

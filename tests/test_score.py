@@ -42,3 +42,14 @@ def test_irrational_and_dominated_deals_are_flagged():
 def test_advantage_edge_cases():
     assert advantage(0.5, 0.5, 0.5) == 0.0
     assert advantage(1.0, 0.0, 1.0) == 1.0
+
+
+def test_surplus_over_no_deal_is_zero_without_a_deal_and_signs_a_good_deal_and_a_loss():
+    good, loss = score(_deal((1, 1))), score(_deal((0, 0)))  # seller utility 0.6 and 0.0, reservation 0.3
+    assert good.seller_surplus == pytest.approx(0.3) and good.good_deal is True
+    assert loss.seller_surplus == pytest.approx(-0.3) and loss.good_deal is False
+    n = Negotiation(small_scenario(rs=0.35, max_turns=2))
+    play(n, Replay([Offer((2, 1))]), Replay([Offer((0, 1))]))
+    for convention in ("reservation", "zero"):  # the surplus does not depend on how no deal is scored
+        f = score(n, convention)
+        assert f.seller_surplus == 0.0 and f.good_deal is False

@@ -25,7 +25,7 @@ from tests.conftest import biased_tiny_model  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_study(tmp_path, tokenizer, steps=2):  # noqa: F811
+def write_study(tmp_path, tokenizer, steps=2, extra=""):  # noqa: F811
     model_dir = tmp_path / "tiny"
     if not model_dir.exists():
         biased_tiny_model(tokenizer).save_pretrained(model_dir)
@@ -53,7 +53,7 @@ grid: {{n: 2, seed: 7, max_turns: 4, openers: [seller]}}
 evaluation: {{temperature: 1.0, prompt: {{message_tokens: 0}}, batch_size: 8}}
 margin: 0.05
 bootstrap: 200
-""")
+{extra}""")
     return tmp_path / "study.yaml"
 
 
@@ -63,13 +63,13 @@ def check_complete(study_path, steps=2):
     out = Path(cfg.output_dir)
     records = read_records(out / "results.jsonl")
     keys = [(r.seller, r.cell_id) for r in records]
-    assert len(keys) == len(set(keys)) == 3 * 4  # 3 arms x 2 scenarios x 2 buyers, each once
+    assert len(keys) == len(set(keys)) == 4 * 4  # 4 arms x 2 scenarios x 2 buyers, each once
     assert all(r.ended_by != "error" for r in records)
     for tc in trainings.values():
         marker = read_card(tc.final_model_dir())
         assert marker["steps"] == steps
     summary = json.loads((out / "report" / "summary.json").read_text())
-    assert set(summary["arms"]) == {"tiny", "tiny-rl-lr1e-3", "linear"}
+    assert set(summary["arms"]) == {"tiny", "tiny-rl-lr1e-3", "linear", "no-deal"}
     assert {c["family"] for c in summary["comparisons"]} == {"rl_vs_base", "vs_reference"}
     assert (out / "report" / "report.html").is_file()
     return summary
@@ -86,6 +86,22 @@ def test_study_runs_and_a_rerun_does_nothing_again(tmp_path, tokenizer):  # noqa
     assert results.read_text() == before  # nothing replayed
     assert any(": done" in line for line in lines)
     assert summary["buyer_families"] == {"scripted:tft": "scripted", "scripted:boulware": "scripted"}
+
+
+@pytest.mark.slow
+def test_a_study_trains_its_arm_on_two_processes(tmp_path, tokenizer):  # noqa: F811
+    """``training_processes: 2``: the arm (warm start and GRPO) trains under torch.distributed.run on two CPU
+    processes with the recipe's global batch; the rest of the study is unchanged."""
+    extra = ("training_processes: 2\ntraining_overrides: {grpo.per_device_train_batch_size: 1, "
+             "grpo.gradient_accumulation_steps: 2, warm_start.micro_batch_size: 1}\n")
+    path = write_study(tmp_path, tokenizer, extra=extra)
+    lines = []
+    run_study(load_study(path), log=lines.append, progress=False)
+    check_complete(path)
+    assert any("on 2 processes" in line and "torch.distributed.run" in line for line in lines)
+    _, trainings = plan_arms(load_study(path))
+    (tc,) = trainings.values()
+    assert read_card(tc.final_model_dir())["config"]["grpo"]["per_device_train_batch_size"] == 1
 
 
 def test_a_study_killed_during_training_resumes(tmp_path, tokenizer):  # noqa: F811

@@ -1,6 +1,7 @@
 """GRPO training on TRL with a tiny model built here (real SmolLM2 tokenizer and template), on CPU."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -302,7 +303,9 @@ def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp
     assert entries[0]["validation/score_change"] == 0.0
     logged = [h for h in trainer.state.log_history if "validation/score" in h]
     assert [h["step"] for h in logged] == [0, 1, 2] and "reward" not in logged[0]
-    assert any("reward" in h for h in trainer.state.log_history)  # TRL's own step log is intact
+    # TRL's own step log is intact at every step, validated ones included (validation's log used to clear the
+    # step's should_log: the loss and reward of every validated step were lost)
+    assert [h["step"] for h in trainer.state.log_history if "loss" in h and "reward" in h] == [1, 2]
     for e in entries[1:]:  # the change is the mean of per-negotiation differences from step 0
         diffs = [r["score"] - b["score"] for r, b in zip(e["rows"], entries[0]["rows"])]
         assert e["validation/score_change"] == pytest.approx(sum(diffs) / len(diffs))
@@ -428,3 +431,72 @@ def test_resume_skips_a_checkpoint_left_half_written(tmp_path):
     (empty / "checkpoint-1").mkdir(parents=True)
     assert latest_checkpoint(str(empty)) is None
     assert latest_checkpoint(str(tmp_path / "absent")) is None
+
+
+def test_a_step_whose_every_negotiation_errors_stops_the_run_and_saves_no_model(tmp_path):
+    """The buyer's server is down: before, the run trained on reward 0 for every step, exited 0 and saved final/."""
+    (tmp_path / "endpoints.yaml").write_text(
+        "endpoints:\n  pool: {base_url: 'http://127.0.0.1:9/v1', api_key_env: HAGGLER_TEST_KEY, max_retries: 1,"
+        " backoff_s: 0.01, timeout_s: 2}\n")
+    (tmp_path / "train.yaml").write_text(
+        f"model: default\noutput_dir: {tmp_path / 'out'}\ndtype: float32\nendpoints: {tmp_path / 'endpoints.yaml'}\n"
+        "scenarios: {n: 2, max_turns: 4}\nbuyers: [{spec: 'openai:some-model@pool'}]\n"
+        "prompt: {message_tokens: 0}\n"
+        "grpo: {max_steps: 3, num_generations: 2, per_device_train_batch_size: 4, save_steps: 1, report_to: none,"
+        " use_cpu: true, bf16: false}\n")
+    done = subprocess.run([sys.executable, "-m", "haggler.cli", "train", "--config", str(tmp_path / "train.yaml")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "HAGGLER_TEST_KEY": "k"})
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "training step 1: 4 of 4 negotiations errored" in done.stderr and "endpoint 'pool' failed" in done.stderr
+    assert not (tmp_path / "out" / "final").exists() and latest_checkpoint(str(tmp_path / "out")) is None
+    assert "trained model" not in done.stdout
+
+
+def test_a_share_of_errors_can_stop_the_run_sooner(tmp_path, tokenizer):
+    from haggler.engine.backends.hf import HFModel
+    from haggler.training.errors import RolloutErrors
+
+    cfg = config(tmp_path, max_rollout_errors=0.5)
+    rollout = NegotiationRollout(cfg, training_tasks(cfg), AgentContext())
+    keys = list(rollout.tasks)
+    rollout.tasks[keys[0]] = rollout.tasks[keys[0]].__class__(keys[0], rollout.tasks[keys[0]].scenario,
+                                                              "openai:nobody@nowhere", 1, "seller")
+    model = HFModel("tiny", model=biased_tiny_model(tokenizer), tokenizer=tokenizer)
+    out = rollout.play(model, [keys[0]] * 2 + [keys[1]] * 2, 1.0)
+    assert out["errored"] == [True, True, False, False]
+    with pytest.raises(RolloutErrors, match="2 of 4 negotiations errored .*the first: could not build the buyer"):
+        rollout.refuse_to_train_on_nothing(out["errored"], 0)
+    rollout.cfg = config(tmp_path)  # the default: only a step with no negotiation that played stops
+    rollout.refuse_to_train_on_nothing(out["errored"], 0)
+
+
+def test_a_pool_buyer_at_a_named_endpoint_plays_in_rollouts_validation_and_the_warm_start(tmp_path, tokenizer,
+                                                                                        monkeypatch):
+    """Before, validation built its buyers without the run's endpoints ("no endpoint named 'pool' (known: none)")
+    and the warm start's teacher games without any context."""
+    from haggler.engine.backends.hf import HFModel
+    from haggler.testing.openai_server import FakeChatServer
+    from haggler.training.sft import warm_start_rows
+    from haggler.training.validation import Validator
+
+    monkeypatch.setenv("HAGGLER_TEST_KEY", "k")
+    with FakeChatServer(content=lambda m: "Message: Fine.\nAction: walk away") as server:
+        (tmp_path / "endpoints.yaml").write_text(
+            f"endpoints:\n  pool: {{base_url: '{server.base_url}', api_key_env: HAGGLER_TEST_KEY, max_retries: 1,"
+            " backoff_s: 0.01}\n")
+        pool = [{"spec": "openai:fake-model@pool"}]
+        cfg = config(tmp_path, endpoints=str(tmp_path / "endpoints.yaml"), buyers=pool,
+                     validation={"n": 1, "seed": 3001}, warm_start={"scenarios": 1, "buyers": ["openai:fake-model@pool"]})
+        model = HFModel("tiny", model=biased_tiny_model(tokenizer), tokenizer=tokenizer)
+        rollout = NegotiationRollout(cfg, training_tasks(cfg))
+        key = next(iter(rollout.tasks))
+        answered = [server.answered]
+        out = rollout.play(model, [key] * 2, 1.0)
+        assert out["errored"] == [False, False], rollout.last_errors
+        answered.append(server.answered)
+        rows = Validator(cfg).play(model, 1.0)
+        assert rows and not any(r["errored"] for r in rows), [r["error"] for r in rows]
+        answered.append(server.answered)
+        assert warm_start_rows(cfg, tokenizer)
+        answered.append(server.answered)
+        assert answered[0] < answered[1] < answered[2] < answered[3]  # the server answered in each of the three

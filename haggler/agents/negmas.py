@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -45,10 +46,23 @@ MAX_WAITS = 1000  # NegMAS lets a negotiator answer WAIT without bound; a bridge
 
 @functools.cache
 def negmas_class(name: str) -> type:
-    cls = getattr(negmas.sao, name, None) or getattr(negmas, name, None)
+    """A NegMAS negotiator class by name (``BoulwareTBNegotiator``, from ``negmas.sao`` or ``negmas``) or by module
+    path (``negmas_genius_agents.HardHeaded``, ``mypackage.agents.MyNegotiator``: any importable SAO negotiator,
+    such as the ANAC agents the ``negmas-genius-agents`` package reimplements)."""
+    if "." in name:
+        module, _, attr = name.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), attr, None)
+        except ImportError as err:
+            raise ValueError(f"negmas:{name}: cannot import {module} ({err})") from None
+        if cls is None:
+            raise ValueError(f"negmas:{name}: {module} has no {attr}")
+    else:
+        cls = getattr(negmas.sao, name, None) or getattr(negmas, name, None)
     # SAO negotiators and the generic (GB) ones that SAO mechanisms accept, e.g. BoulwareTBNegotiator
     if not (isinstance(cls, type) and issubclass(cls, (negmas.sao.SAONegotiator, negmas.gb.GBNegotiator))):
-        raise ValueError(f"negmas:{name} is not a NegMAS SAO negotiator class (try negmas:BoulwareTBNegotiator)")
+        raise ValueError(f"negmas:{name} is not a NegMAS SAO negotiator class (try negmas:BoulwareTBNegotiator, or "
+                         "a module path such as negmas:negmas_genius_agents.HardHeaded)")
     try:  # abstract bases and meta negotiators need more than a name: refuse them before a run, not mid-run
         with OwnRandom(0).active():  # NegMAS draws a random name; the caller's stream is not ours to move
             cls(name="check", id="check")
@@ -142,7 +156,7 @@ class NegmasAgent:
         self._negotiation: Negotiation | None = None  # kept so that ``release`` can finish NegMAS's side
 
     def describe(self) -> dict[str, Any]:
-        return {"negmas": negmas.__version__, "class": self.cls.__name__,
+        return {"negmas": negmas.__version__, "class": self.cls.__name__, "module": self.cls.__module__,
                 "clock": "negmas: (step + 1) / (n_steps + 1)", "randomized": self.cls.__name__ in RANDOMIZED}
 
     def _start(self, negotiation: Negotiation) -> None:

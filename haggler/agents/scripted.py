@@ -4,7 +4,9 @@
   with e = 0.2 (Boulware), 1 (linear), 2 (Conceder), 0 (hardliner: never concedes);
 - naive tit-for-tat: concede, in one's own utility, as much as the opponent's last offer improved on
   its previous one (also measured in one's own utility: the other side's utility is private);
-- random: a seeded uniformly random offer among those at or above one's reservation value.
+- random: a seeded uniformly random offer among those at or above one's reservation value;
+- no-deal: walks away at its first turn, so every negotiation ends at both sides' reservation values: the
+  reference arm that a seller must beat to show more than refusing every offer (its surplus is exactly 0).
 
 All accept by AC_next: accept the opponent's offer when it is worth at least as much as the offer one
 would make next, and at least one's reservation value. Offers are the outcome whose own utility is
@@ -20,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from haggler.core.analysis import analyze
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
-from haggler.core.types import Accept, Offer, Outcome, Reply, Side
+from haggler.core.types import Accept, Offer, Outcome, Reply, Side, WalkAway
 
 TIE = 1e-12
 
@@ -129,7 +131,12 @@ class RandomAgent(ScriptedAgent):
         return self._offer_at(self.rng.randrange(lo, len(self.utils)))
 
 
-SCRIPTED = ("boulware", "linear", "conceder", "hardliner", "tft", "random")
+class NoDealAgent(ScriptedAgent):
+    def respond(self, negotiation: Negotiation) -> Reply:
+        return Reply("I will pass on this one.", WalkAway())
+
+
+SCRIPTED = ("boulware", "linear", "conceder", "hardliner", "tft", "random", "no-deal")
 
 
 def make_scripted(name: str, scenario: Scenario, side: Side, seed: int) -> ScriptedAgent:
@@ -140,4 +147,6 @@ def make_scripted(name: str, scenario: Scenario, side: Side, seed: int) -> Scrip
         return TitForTatAgent(scenario, side, seed, spec)
     if name == "random":
         return RandomAgent(scenario, side, seed, spec)
+    if name == "no-deal":
+        return NoDealAgent(scenario, side, seed, spec)
     raise ValueError(f"unknown scripted negotiator {name!r}; known: {', '.join(SCRIPTED)}")

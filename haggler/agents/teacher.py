@@ -19,7 +19,7 @@ from typing import Any
 from haggler.agents.format.parse import split_message
 from haggler.agents.format.prompts import PromptSettings
 from haggler.agents.llm import HFAgent, Trajectory
-from haggler.agents.registry import make_agent
+from haggler.agents.registry import AgentContext, make_agent
 from haggler.core.protocol import Negotiation, ProtocolConfig
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Offer, Reply
@@ -124,8 +124,10 @@ class TeacherAgent:
 
 
 def render_examples(tokenizer: Any, scenarios: list[Scenario], teacher: str, buyers: list[str],
-                    settings: PromptSettings | None = None, seed: int = 0) -> list[tuple[Game, Trajectory]]:
-    """Play every scenario against every buyer (both openers) with the teacher as seller."""
+                    settings: PromptSettings | None = None, seed: int = 0,
+                    context: AgentContext | None = None) -> list[tuple[Game, Trajectory]]:
+    """Play every scenario against every buyer (both openers) with the teacher as seller; the buyers are built in
+    ``context`` (a training run's: its endpoints). A game that errored (a buyer's server down) is left out."""
     settings = settings or PromptSettings()
     games = []
     for i, s in enumerate(scenarios):
@@ -133,7 +135,8 @@ def render_examples(tokenizer: Any, scenarios: list[Scenario], teacher: str, buy
             for opener in ("seller", "buyer"):
                 k = seed + 1000 * i + 10 * j + (opener == "buyer")
                 agents = {"seller": TeacherAgent(tokenizer, teacher, s, k, settings),
-                          "buyer": make_agent(buyer, s, "buyer", k + 7)}
+                          "buyer": make_agent(buyer, s, "buyer", k + 7, context)}
                 games.append(Game(Negotiation(s, ProtocolConfig(opener=opener)), agents))
     play_lockstep(games)
-    return [(g, g.agents["seller"].trajectory) for g in games if g.agents["seller"].trajectory is not None]
+    return [(g, g.agents["seller"].trajectory) for g in games
+            if g.agents["seller"].trajectory is not None and g.negotiation.ended_by != "error"]

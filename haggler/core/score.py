@@ -1,7 +1,8 @@
 """From a finished negotiation to its outcome figures: utilities, the seller's score, efficiency flags.
 
 The seller's score is the RL reward later: the seller's utility of the deal, or, without a deal,
-its reservation value (``no_deal="reservation"``, the default) or zero (``no_deal="zero"``).
+its reservation value (``no_deal="reservation"``, the default) or zero (``no_deal="zero"``). Its surplus over
+no deal (utility minus reservation, 0 without a deal) is what separates a skill from refusing every offer.
 Without a deal both sides get their reservation value: that is what "utility of no deal" means.
 An errored negotiation has no outcome: every figure is None, and it is never scored.
 """
@@ -28,6 +29,10 @@ class OutcomeFigures:
     pareto_optimal: bool | None
     nash_distance: float | None
     individually_irrational: bool | None  # a deal below some side's reservation value
+    # what the negotiation gained the seller over no deal (its utility minus its reservation; 0 without a deal):
+    # a seller that refuses everything scores exactly 0, so only a positive mean is a skill beyond refusing
+    seller_surplus: float | None = None
+    good_deal: bool | None = None  # a deal worth more to the seller than no deal
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,6 +64,8 @@ def score(negotiation: Negotiation, no_deal: NoDealScore = "reservation") -> Out
             pareto_optimal=False,
             nash_distance=a.nash_distance(rs, rb),
             individually_irrational=False,
+            seller_surplus=0.0,
+            good_deal=False,
         )
     deal = negotiation.agreement
     us, ub = scenario.utility("seller", deal), scenario.utility("buyer", deal)
@@ -71,4 +78,6 @@ def score(negotiation: Negotiation, no_deal: NoDealScore = "reservation") -> Out
         pareto_optimal=a.is_pareto_optimal(deal),
         nash_distance=a.nash_distance(us, ub),
         individually_irrational=bool(us < rs or ub < rb),
+        seller_surplus=us - rs,
+        good_deal=bool(us > rs),
     )

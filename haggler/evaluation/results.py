@@ -60,6 +60,9 @@ class Record(BaseModel):
     pareto_optimal: bool | None
     nash_distance: float | None
     individually_irrational: bool | None
+    # absent from files written before they were recorded: None there (score.py: surplus over no deal)
+    seller_surplus: float | None = None
+    good_deal: bool | None = None
     invalid_actions: dict[str, int]  # side -> invalid actions
     transcript: list[dict[str, Any]]
     error: str | None

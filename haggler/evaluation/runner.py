@@ -64,6 +64,8 @@ def make_record(cell: Cell, seller: str, negotiation: Negotiation, settings: Run
         pareto_optimal=figures.pareto_optimal,
         nash_distance=figures.nash_distance,
         individually_irrational=figures.individually_irrational,
+        seller_surplus=figures.seller_surplus,
+        good_deal=figures.good_deal,
         invalid_actions=dict(negotiation.invalid),
         transcript=transcript(negotiation),
         error=negotiation.error,

@@ -70,6 +70,13 @@ class StudyConfig(Strict):
     training_overrides: dict[str, Any] = {}
     bases: list[BaseArm] = Field(min_length=1)
     references: list[Reference] = []
+    # the "no deal" reference arm (scripted:no-deal: every cell ends at the seller's reservation value): on a grid
+    # where buyers seldom offer anything worth accepting, refusing everything scores about what a good seller does,
+    # and only the comparison with this arm tells a negotiating skill from a policy of refusing
+    no_deal_arm: bool = True
+    # processes that train each arm together (torch.distributed.run, data parallel: one per GPU, or CPU processes
+    # over gloo); the global batch is the training config's on any number (grpo.global_batch_size)
+    training_processes: int = Field(1, ge=1)
     buyers: list[EvalBuyer] = Field(min_length=2)
     grid: GridConfig = GridConfig()
     evaluation: RunSettings = RunSettings()  # as haggler run's flags; prompt fields left out: each model's card
@@ -80,7 +87,8 @@ class StudyConfig(Strict):
 
     @model_validator(mode="after")
     def _checks(self) -> StudyConfig:
-        names = [b.name for b in self.bases] + [r.name for r in self.references]
+        names = [b.name for b in self.bases] + [r.name for r in self.references] + \
+            (["no-deal"] if self.no_deal_arm and "scripted:no-deal" not in [r.spec for r in self.references] else [])
         if len(set(names)) != len(names):
             raise ValueError(f"bases and references: names must be unique, got {names}")
         specs = [b.spec for b in self.buyers]
@@ -134,6 +142,9 @@ class Arm:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+NO_DEAL_ARM, NO_DEAL_SPEC = "no-deal", "scripted:no-deal"
 
 
 def _rate(x: float) -> str:
@@ -193,6 +204,8 @@ def plan_arms(cfg: StudyConfig) -> tuple[list[Arm], dict[str, TrainConfig]]:
                                 max_steps=tc.grpo.max_steps, seed=seed, train_dir=tc.output_dir))
     for r in cfg.references:
         arms.append(Arm(r.name, r.spec, "reference"))
+    if cfg.no_deal_arm and all(a.spec != NO_DEAL_SPEC for a in arms):
+        arms.append(Arm(NO_DEAL_ARM, NO_DEAL_SPEC, "reference"))
     evaluation = {b.spec for b in cfg.buyers}
     for tc in trainings.values():
         met = sorted(evaluation & {b.spec for b in tc.buyers})

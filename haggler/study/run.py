@@ -26,6 +26,8 @@ from haggler.evaluation.runner import run
 from haggler.scenarios.generate import generate_scenarios
 from haggler.study.config import RLArm, StudyConfig, arm_training_config, plan_arms, scenarios_path, study_dir
 from haggler.study.report import build_report
+from haggler.training.config import TrainConfig
+from haggler.training.errors import TrainingFailed
 from haggler.training.recipe import run_training
 from haggler.training.sft import run_warm_start
 
@@ -68,11 +70,36 @@ def train_arms(cfg: StudyConfig, log: Callable[[str], None]) -> None:
             continue
         log(f"[train {i}/{len(trainings)}] {train_dir}: model {tc.model}, lr {tc.grpo.learning_rate}, "
             f"{tc.grpo.max_steps} steps, seed {tc.grpo.seed}")
-        run_training(tc, resume=True, log=log)
+        if cfg.training_processes > 1:
+            train_in_processes(tc, cfg.training_processes, log)
+        else:
+            run_training(tc, resume=True, log=log)
     # a base that is the warm-started model: make sure it exists even without RL arms
     for b in cfg.bases:
         if b.warm_start and not b.rl:
             run_warm_start(arm_training_config(cfg, b.name, b.model, RLArm(learning_rate=1e-6), 0), log=log)
+
+
+def train_in_processes(tc: TrainConfig, processes: int, log: Callable[[str], None]) -> None:
+    """``haggler train`` of one arm on ``processes`` processes, started by torch.distributed.run (every rank
+    builds the same arm from the config written beside its run); it resumes as the one-process path does."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    folder = Path(tc.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "train-config.yaml"
+    # only what was set: a field left out (a prompt setting) still comes from the model card, as in one process
+    config.write_text(yaml.safe_dump(tc.model_dump(mode="json", exclude_unset=True), sort_keys=False))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "-m", "haggler.cli",
+           "train", "--config", str(config), "--resume"]
+    log(f"  on {processes} processes: {' '.join(cmd[1:])}")
+    done = subprocess.run(cmd)
+    if done.returncode != 0:
+        raise TrainingFailed(f"training {tc.output_dir} on {processes} processes failed (exit {done.returncode}); "
+                           "its output is above")
 
 
 def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[str], None] = print,

@@ -102,3 +102,34 @@ def small_checkpoint(name: str, tokenizer: Any, seed: int = 0, sharpen: float = 
         with torch.no_grad():
             model.get_output_embeddings().weight.mul_(sharpen)  # tied: the inputs too, which changes nothing here
     return model.eval()
+
+
+NUMBERS = (" 1", " 2", " 3", "1", "2", "3")  # action and option numbers in haggler's cued slots
+
+
+def number_speaker(tokenizer: Any, seed: int = 0, allowed: tuple[str, ...] = NUMBERS) -> Any:
+    """A tiny random Llama that says mostly numbers (offers, accepts and walk-aways all happen, so rewards vary
+    inside a group) through its weights alone, so that it survives ``save_pretrained`` and a reload in another
+    process: every input embedding carries a constant in one dimension, which the final norm passes on, and the
+    output rows of ``allowed`` (and end of turn) read it with a positive weight, every other row negative."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    ids = sorted({i for text in allowed for i in tokenizer.encode(text, add_special_tokens=False)})
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 4.0
+        head = model.lm_head.weight
+        head.mul_(5)
+        head[:, 0] = -4.0
+        head[ids, 0] = 4.0
+        # a slot's answer ends at "\n" or end of turn: together as likely as a number (the final norm makes the
+        # constant about 5.7, so 0.2 here is a logit gap of about 1.1), so "3" then a stop is the likeliest answer
+        stops = [tokenizer.eos_token_id, *tokenizer.encode("\n", add_special_tokens=False)]
+        head[stops, 0] = 4.2
+    return model.eval()

@@ -26,26 +26,38 @@ class ValidationCallback(TrainerCallback):
         self.eval_steps, self.select, self.n_boot = v.eval_steps, v.select, v.bootstrap
         self.trainer: Any = None
         self.best: tuple[float, int, dict[str, Any]] | None = None  # score, step, weights
+        self.baseline: list[dict[str, Any]] | None = None  # step 0's rows (the log's, once it has them)
 
     def attach(self, trainer: Any) -> None:
         self.trainer = trainer
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.log.baseline() is None:
+        self.baseline = self.log.baseline()  # a resumed run's step 0 (every rank reads it before any writes)
+        if self.baseline is None:
             self.evaluate(state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.global_step % self.eval_steps == 0 or state.global_step >= state.max_steps:
+            should_log = control.should_log
             self.evaluate(state.global_step)
+            # Logging the validation figures (trainer.log) marks the step's logging done (the callback handler's
+            # on_log clears should_log), and the step's own training log (loss, reward) was lost with it
+            control.should_log = should_log
 
     def evaluate(self, step: int) -> dict[str, float]:
         trainer = self.trainer
+        accelerator = trainer.accelerator
         with sampling_mode(trainer):  # first: it reads the training mode that the sampler's wrapper switches off
             model = self.policy(trainer)
-            rows = self.validator.play(model, trainer.args.temperature)
-            baseline = self.log.baseline()
-            summary = summarize(rows, rows if baseline is None else baseline, self.n_boot)
-            self.log.add(step, summary, rows)
+            # With several processes each plays its share of the held-out set and every rank gets all the rows, in
+            # the set's order: the same summary everywhere (the same best step), written once, by the main process
+            rows = self.validator.play(model, trainer.args.temperature, accelerator.process_index,
+                                       accelerator.num_processes)
+            if self.baseline is None:
+                self.baseline = rows
+            summary = summarize(rows, self.baseline, self.n_boot)
+            if accelerator.is_main_process:
+                self.log.add(step, summary, rows)
             # Logged while the model is in eval mode: GRPOTrainer.log then merges only its (empty) eval
             # metrics into this entry and leaves the training metrics of the step for its own log.
             trainer.log(dict(summary))

@@ -85,8 +85,16 @@ class WarmStartConfig(Strict):
 
     @property
     def accumulation(self) -> int:
-        """Micro-batches per optimizer step."""
+        """Micro-batches per optimizer step (on one process)."""
         return self.batch_size // self.pass_size
+
+    def accumulation_for(self, processes: int) -> int:
+        """Each rank's micro-batches per optimizer step that keep ``batch_size`` examples per step over every
+        process; a batch that does not split is refused, naming the numbers."""
+        if self.batch_size % (self.pass_size * processes):
+            raise ValueError(f"warm_start: batch_size {self.batch_size} does not split into {processes} processes x "
+                             f"micro_batch_size {self.pass_size} x a whole number of accumulation steps")
+        return self.batch_size // (self.pass_size * processes)
 
 
 class LoraConfig(Strict):
@@ -107,6 +115,10 @@ class GRPOSettings(Strict):
     num_generations: int = Field(8, ge=2)  # the group: one scenario, one buyer, one buyer seed, G seller samples
     per_device_train_batch_size: int = Field(8, ge=1)
     gradient_accumulation_steps: int = Field(1, ge=1)
+    # negotiations per optimizer step over every process (per-rank batch x processes x accumulation): the
+    # experiment, kept on any number of processes by deriving each rank's accumulation (``accumulation_for``).
+    # Default: per_device_train_batch_size x gradient_accumulation_steps, the recipe as written for one process
+    global_batch_size: int | None = Field(None, ge=1)
     temperature: float = Field(1.0, gt=0)
     beta: float = Field(0.0, ge=0)  # KL coefficient; 0 loads no reference model
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo"] = "dapo"
@@ -121,8 +133,8 @@ class GRPOSettings(Strict):
     save_total_limit: int | None = 3
     logging_steps: int = Field(1, ge=1)
     report_to: str | list[str] = "tensorboard"
-    # bf16 autocast for the update (weights and optimizer stay float32). "auto": where the hardware computes bf16
-    # natively (see training/common.py: native_bf16); elsewhere autocast emulates it, far slower than float32
+    # bf16 autocast for the update (weights and optimizer stay float32). "auto": on a GPU that computes bf16; float32
+    # on any CPU, where autocast was slower over a whole demo and changed its conclusion (training/common.py)
     bf16: bool | Literal["auto"] = False
     use_cpu: bool = False
     gradient_checkpointing: bool = False
@@ -133,11 +145,27 @@ class GRPOSettings(Strict):
 
     @model_validator(mode="after")
     def _batch_holds_whole_groups(self) -> GRPOSettings:
-        batch = self.per_device_train_batch_size * self.gradient_accumulation_steps
+        batch = self.global_batch
         if batch % self.num_generations:
-            raise ValueError(f"per_device_train_batch_size x gradient_accumulation_steps ({batch}) must be a "
-                             f"multiple of num_generations ({self.num_generations})")
+            raise ValueError(f"the global batch ({batch}: global_batch_size, or per_device_train_batch_size x "
+                             f"gradient_accumulation_steps) must be a multiple of num_generations "
+                             f"({self.num_generations})")
         return self
+
+    @property
+    def global_batch(self) -> int:
+        return self.global_batch_size or self.per_device_train_batch_size * self.gradient_accumulation_steps
+
+    def accumulation_for(self, processes: int) -> int:
+        """Each rank's gradient accumulation that keeps the global batch on ``processes`` processes; a global batch
+        that does not split is refused, naming the numbers."""
+        per_step = self.per_device_train_batch_size * processes
+        if self.global_batch % per_step:
+            raise ValueError(f"grpo: a global batch of {self.global_batch} negotiations does not split into "
+                             f"{processes} processes x per_device_train_batch_size {self.per_device_train_batch_size}"
+                             f" x a whole number of accumulation steps; set grpo.global_batch_size or "
+                             f"grpo.per_device_train_batch_size so that it does")
+        return self.global_batch // per_step
 
 
 class TrainConfig(Strict):
@@ -153,6 +181,9 @@ class TrainConfig(Strict):
     max_invalid: int = Field(3, ge=1)
     no_deal: Literal["reservation", "zero"] = "reservation"
     format_penalty: float = Field(0.0, ge=0)  # subtracted per invalid seller action share
+    # a training step in which this share of the negotiations errored (a buyer's server down, a model that cannot
+    # play) stops the run with the first error, before anything is saved as a trained model; 1.0: only when all did
+    max_rollout_errors: float = Field(1.0, gt=0, le=1)
     prompt: PromptSettings = PromptSettings()  # fields left out: the model card's
     warm_start: WarmStartConfig | None = None
     validation: ValidationConfig | None = None

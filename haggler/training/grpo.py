@@ -31,13 +31,14 @@ from haggler.core.protocol import Negotiation, ProtocolConfig
 from haggler.core.scenario import Scenario
 from haggler.core.score import score
 from haggler.core.types import Invalid, Side
-from haggler.engine.backends.openai_api import load_endpoints
 from haggler.engine.backends.vllm import VLLMModel
 from haggler.engine.card import clear_card, write_card
 from haggler.engine.rollout import Game, play_lockstep
 from haggler.evaluation.figures import mean
-from haggler.training.common import resolve_bf16, sampling_mode, training_format, training_scenarios
+from haggler.training.common import (buyer_context, process_count, resolve_bf16, sampling_mode, training_format,
+                                     training_scenarios)
 from haggler.training.config import TrainConfig
+from haggler.training.errors import RolloutErrors
 from haggler.training.validation import Validator
 
 
@@ -78,18 +79,15 @@ class NegotiationRollout:
         self.cfg = cfg
         self.tasks = {t.key: t for t in tasks}
         self.settings = training_format(cfg)
-        if context is None:
-            endpoints = load_endpoints(cfg.endpoints) if cfg.endpoints else {}
-            # Buyers sample from streams seeded by the run's seed and the task's buyer seed: a group's G copies
-            # of a task meet the same buyer, and a rerun meets the same buyers.
-            context = AgentContext(prompt=self.settings, temperature=cfg.buyer_temperature, endpoints=endpoints,
-                                   sample_seed=cfg.grpo.seed)
-        self.context = context  # the buyers' models and clients (never the policy)
+        # Buyers sample from streams seeded by the run's seed and the task's buyer seed: a group's G copies of a task
+        # meet the same buyer, and a rerun meets the same buyers.
+        self.context = context if context is not None else buyer_context(cfg, self.settings, cfg.grpo.seed)
         self._step_calls = (-1, 0)  # (trainer step, rollout calls made in it): part of the sellers' seeds
         self.figures: dict[str, float] = {}
         self._policy: Any = None
         self._last_call: float | None = None
         self._last_tokens = 0
+        self.last_errors: list[str | None] = []  # the last rollout's negotiations' errors (None: no error)
 
     # ---- the policy as a rollout backend ----
 
@@ -117,9 +115,26 @@ class NegotiationRollout:
         start = time.perf_counter()
         with sampling_mode(trainer):  # first: it reads the training mode that the sampler's wrapper switches off
             model = self.policy(trainer)
-            out = self.play(model, prompts, trainer.args.temperature, self._rollout_id(trainer.state.global_step))
+            out = self.play(model, prompts, trainer.args.temperature, self._rollout_id(trainer.state.global_step),
+                            earlier_copies(prompts, trainer.accelerator.process_index,
+                                           trainer.accelerator.num_processes))
         self.figures = self._measure(out, time.perf_counter() - start, trainer.state)
+        self.refuse_to_train_on_nothing(out["errored"], trainer.state.global_step)
         return out
+
+    def refuse_to_train_on_nothing(self, errored: list[bool], step: int) -> None:
+        """Stop the run when the step's errored share reaches ``max_rollout_errors`` (default: every negotiation
+        errored, a buyer's server that is down): rewards of nothing would still make "a trained model". Decided
+        on the whole step's rollouts, gathered from every process, so that every rank stops together."""
+        from accelerate.utils import gather_object  # lazy: accelerate is loaded with the trainer by now
+
+        first = next((e for e, bad in zip(self.last_errors, errored) if bad), None)
+        ranks = gather_object([(sum(errored), len(errored), first)])
+        bad, n = sum(r[0] for r in ranks), sum(r[1] for r in ranks)
+        if n and bad / n >= self.cfg.max_rollout_errors:
+            first = next(r[2] for r in ranks if r[2] is not None)
+            raise RolloutErrors(f"training step {step + 1}: {bad} of {n} negotiations errored (max_rollout_errors: "
+                                f"{self.cfg.max_rollout_errors}), nothing saved as a trained model; the first: {first}")
 
     def _rollout_id(self, step: int) -> str:
         """Which rollout call of the run this is: the trainer's step and the call's index within it (so a
@@ -134,10 +149,12 @@ class NegotiationRollout:
         digest = hashlib.sha256(f"{rollout}|{key}|{copy}".encode()).hexdigest()
         return sample_seed(self.cfg.grpo.seed, int(digest[:15], 16), "seller")
 
-    def play(self, model: Any, prompts: list[str], temperature: float, rollout: str = "0.0") -> dict[str, list]:
-        """Play one negotiation per prompt with ``model`` as the seller; the engine's figures per row."""
+    def play(self, model: Any, prompts: list[str], temperature: float, rollout: str = "0.0",
+             first_copy: dict[str, int] | None = None) -> dict[str, list]:
+        """Play one negotiation per prompt with ``model`` as the seller; the engine's figures per row.
+        ``first_copy``: per task, the copies of its group that earlier ranks play (their sellers' seeds are taken)."""
         games = []
-        copies: dict[str, int] = {}
+        copies: dict[str, int] = {key: n - 1 for key, n in (first_copy or {}).items()}
         for key in prompts:
             task = self.tasks.get(key)
             if task is None:
@@ -176,6 +193,7 @@ class NegotiationRollout:
             out["seller_turns"].append(len(turns))
             out["errored"].append(errored)
         _fill_errored_with_group_mean(prompts, out["seller_score"])
+        self.last_errors = [g.negotiation.error for g in games]
         return out
 
     # ---- what a rollout measured, for TRL's log ----
@@ -204,6 +222,23 @@ class NegotiationRollout:
         for name, value in self.figures.items():
             log_metric(name, value)
         self.figures = {}
+
+
+def earlier_copies(prompts: list[str], rank: int, processes: int) -> dict[str, int]:
+    """How many copies of each task the ranks before this one play in this rollout. TRL hands each process its
+    slice of the global batch, so a group of ``num_generations`` copies can span ranks: counting copies from 0 on
+    every rank gave two ranks' copies the same seller seeds (the same negotiations, twice). Counted over the
+    ranks' prompts in rank order, a copy's index is its index in the global batch, as on one process."""
+    if processes == 1:
+        return {}
+    from accelerate.utils import gather_object  # lazy: accelerate is loaded with the trainer by now
+
+    ranks = gather_object([list(prompts)])
+    counts: dict[str, int] = {}
+    for earlier in ranks[:rank]:
+        for key in earlier:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None]) -> None:
@@ -240,39 +275,54 @@ def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
     from trl import GRPOConfig
 
     g = cfg.grpo
-    kwargs = g.model_dump(exclude={"vllm_server_base_url"} if g.vllm_server_base_url is None else set())
+    kwargs = g.model_dump(exclude={"global_batch_size"} | ({"vllm_server_base_url"} if g.vllm_server_base_url is None
+                                                           else set()))
     kwargs["bf16"] = resolve_bf16(cfg)  # "auto" decided for this machine
+    kwargs["gradient_accumulation_steps"] = g.accumulation_for(process_count())  # the global batch, kept
     return GRPOConfig(output_dir=cfg.output_dir, top_k=0, top_p=1.0, log_completions=False,
                       save_strategy="steps", **kwargs, **extra)
 
 
-def peft_config(cfg: TrainConfig, model: Any = None) -> Any:
+def peft_config(cfg: TrainConfig, model: Any) -> Any:
     if cfg.lora is None:
         return None
     # Lazy: peft is optional and slow to import.
     from peft import LoraConfig
 
-    lora, targets, layers = cfg.lora, cfg.lora.target_modules, None
-    if lora.layers is not None:
-        if model is None:
-            raise ValueError("lora.layers: the top layers are counted on the model; pass it to peft_config")
-        n = model.config.num_hidden_layers
-        if lora.layers > n:
-            raise ValueError(f"lora.layers: {lora.layers}, but the model has {n} decoder layers")
-        layers = list(range(n - lora.layers, n))
-        if targets == "all-linear":  # peft takes a layer range only with named modules: name what all-linear means
-            targets = linear_module_names(model)
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                      layers_to_transform=layers, task_type="CAUSAL_LM")
+    lora = cfg.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
+                      target_modules=decoder_targets(model, lora.target_modules, lora.layers))
 
 
-def linear_module_names(model: Any) -> list[str]:
-    """The names (last part) of the decoder layers' linear modules: what peft's "all-linear" adapts."""
+def decoder_targets(model: Any, targets: str | list[str], layers: int | None = None) -> str:
+    """Which modules get adapters, as the regular expression peft matches whole module names against: the linear
+    modules named ``targets`` ("all-linear": every one) inside the language model's decoder layers, the top
+    ``layers`` of them where given. Only the decoder's: a multimodal checkpoint (Gemma 4 as the hub ships it) has
+    vision and audio towers whose linear layers sit inside clippable wrappers that peft refuses, and a seller's
+    reward says nothing about them."""
+    import re
+
     import torch
 
-    out = model.get_output_embeddings()
-    return sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                   if isinstance(module, torch.nn.Linear) and module is not out and ".layers." in f".{name}"})
+    decoder = model.get_decoder()
+    prefix = next(name for name, module in model.named_modules() if module is decoder)
+    inside = re.compile(rf"^{re.escape(prefix)}\.layers\.(\d+)\.(?:.+\.)?([^.]+)$" if prefix
+                        else r"^layers\.(\d+)\.(?:.+\.)?([^.]+)$")
+    n = model.config.get_text_config(decoder=True).num_hidden_layers
+    if layers is not None and layers > n:
+        raise ValueError(f"lora.layers: {layers}, but the model has {n} decoder layers")
+    found = {m.group(2) for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and (m := inside.match(name))}
+    if targets == "all-linear":
+        names = sorted(found)
+    else:
+        names = [targets] if isinstance(targets, str) else list(targets)
+        if unknown := [t for t in names if t not in found]:
+            raise ValueError(f"lora.target_modules: {unknown} are no linear modules of the decoder layers "
+                             f"(they have {sorted(found)})")
+    chosen = range(n - layers, n) if layers is not None else range(n)
+    head = rf"{re.escape(prefix)}\." if prefix else ""
+    return rf"^{head}layers\.({'|'.join(map(str, chosen))})\.(?:.+\.)?({'|'.join(map(re.escape, names))})$"
 
 
 def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task] | None = None,

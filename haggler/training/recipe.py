@@ -44,10 +44,14 @@ def run_training(cfg: TrainConfig, resume: bool = False, log: Callable[[str], No
     if resume and checkpoint is None:
         log(f"no checkpoint in {cfg.output_dir} yet: starting at step 0")
     trainer.train(resume_from_checkpoint=checkpoint)
-    figures = write_log(trainer, cfg)
+    main = trainer.accelerator.is_main_process  # with several processes, one writes and speaks
+    figures = write_log(trainer, cfg) if main else {}
     final = save_final(trainer, cfg, base, selected=restore_best(trainer))
+    trainer.accelerator.wait_for_everyone()  # final/ complete before any rank goes on (a study evaluates it next)
     del trainer, model  # a study trains its arms and then evaluates in this process: free them (cycles) now
     gc.collect()
+    if not main:
+        return final
     log(f"reward: first fifth of the steps {_fmt(figures['reward_first_fifth'])}, last fifth "
         f"{_fmt(figures['reward_last_fifth'])}; invalid actions {_fmt(figures['invalid_action_rate_first_fifth'])}"
         f" -> {_fmt(figures['invalid_action_rate_last_fifth'])}")

@@ -23,7 +23,8 @@ from haggler.core.scenario import fingerprint
 from haggler.engine.backends.embedded import resolve_model_path
 from haggler.engine.card import clear_card, read_card, write_card
 from haggler.scenarios.generate import generate_scenarios
-from haggler.training.common import excluded_fingerprints, load_policy, resolve_bf16, training_format
+from haggler.training.common import (buyer_context, excluded_fingerprints, load_policy, process_count,
+                                     resolve_bf16, training_format)
 from haggler.training.config import TrainConfig
 
 
@@ -38,7 +39,12 @@ def warm_start_rows(cfg: TrainConfig, tokenizer: Any,
         raise ConfigError("warm_start.seed: its scenarios overlap exclude_scenarios (an evaluation set)")
     settings = settings or training_format(cfg)
     rows = []
-    for _game, tr in render_examples(tokenizer, scenarios, ws.teacher, list(ws.buyers), settings, ws.seed):
+    examples = render_examples(tokenizer, scenarios, ws.teacher, list(ws.buyers), settings, ws.seed,
+                               buyer_context(cfg, settings, ws.seed))
+    if not examples:
+        raise ConfigError(f"warm_start: none of the teacher's negotiations played (buyers {list(ws.buyers)}); "
+                          "is a buyer's server down?")
+    for _game, tr in examples:
         labels = [-100] * len(tr.prompt_ids) + [t if m else -100 for t, m in zip(tr.completion_ids, tr.env_mask)]
         if any(x != -100 for x in labels):
             rows.append({"input_ids": tr.prompt_ids + tr.completion_ids, "labels": labels})
@@ -77,23 +83,29 @@ def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], N
     trainer = _sft_trainer(cfg, model, tokenizer, rows)
     trainer.train()
     seconds = time.perf_counter() - start
-    out.mkdir(parents=True, exist_ok=True)
-    clear_card(out)  # incomplete until the card is written again, last
-    trainer.save_model(str(out))
-    tokenizer.save_pretrained(out)
+    main = trainer.accelerator.is_main_process  # with several processes, one writes the folder
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        clear_card(out)  # incomplete until the card is written again, last
+    trainer.save_model(str(out))  # every rank takes part (a sharded model gathers); the Trainer writes once
+    if main:
+        tokenizer.save_pretrained(out)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     card = {"kind": "warm-start", "prompt": settings.model_dump(), "warm_start": _ws_settings(cfg),
             "teacher": ws.teacher, "buyers": ws.buyers, "examples": len(rows), "tokens": tokens,
             "steps": trainer.state.global_step, "seconds": round(seconds, 1),
             "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "base": cfg.model}
-    write_card(out, card)
+    if main:
+        write_card(out, card)
+    trainer.accelerator.wait_for_everyone()  # GRPO, next on every rank, loads this folder
     # The trainer holds reference cycles (callbacks, accelerator): collect them now, so that GRPO, next in this
     # process, reuses the warm start's memory instead of adding its own peak on top of it.
     del trainer, model
     gc.collect()
-    log(f"warm start done in {seconds:.0f} s ({card['steps']} steps, loss {card['loss_first']} -> "
-        f"{card['loss_last']}): {out}")
+    if main:
+        log(f"warm start done in {seconds:.0f} s ({card['steps']} steps, loss {card['loss_first']} -> "
+            f"{card['loss_last']}): {out}")
     return out
 
 
@@ -109,12 +121,12 @@ def _sft_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, rows: list[dict[s
     args = SFTConfig(output_dir=str(cfg.warm_start_dir() / "trainer"), learning_rate=ws.learning_rate,
                      num_train_epochs=ws.epochs, max_steps=ws.max_steps,
                      per_device_train_batch_size=ws.pass_size,
-                     gradient_accumulation_steps=ws.accumulation,
+                     gradient_accumulation_steps=ws.accumulation_for(process_count()),
                      logging_steps=1, save_strategy="no", report_to="none", bf16=resolve_bf16(cfg), use_cpu=g.use_cpu,
                      gradient_checkpointing=ws.gradient_checkpointing, seed=ws.seed, max_length=None, lr_scheduler_type="constant",
                      dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
-    if ws.accumulation > 1:
+    if args.gradient_accumulation_steps > 1:
         # Micro-batches must add up to one batch's loss: TRL's SFT loss divides by the accumulated batch's label
         # tokens (``num_items_in_batch``) itself, but transformers counts them only for a model that declares it takes
         # loss arguments; Gemma 4's multimodal class declares it does not, and each micro-batch would then be

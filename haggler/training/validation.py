@@ -32,7 +32,7 @@ from haggler.evaluation.behaviour import seller_behaviour
 from haggler.evaluation.stats import cluster_bootstrap
 from haggler.evaluation.summary import BEHAVIOUR
 from haggler.scenarios.generate import generate_scenarios
-from haggler.training.common import excluded_fingerprints, training_format, training_scenarios
+from haggler.training.common import buyer_context, excluded_fingerprints, training_format, training_scenarios
 from haggler.training.config import TrainConfig
 
 
@@ -75,12 +75,24 @@ class Validator:
         self.cfg = cfg
         self.cases = validation_cases(cfg)
         self.settings = training_format(cfg)
-        self.context = context or AgentContext(prompt=self.settings, temperature=cfg.buyer_temperature,
-                                               sample_seed=cfg.validation.seed)
+        self.context = context or buyer_context(cfg, self.settings, cfg.validation.seed)
 
-    def play(self, model: Any, temperature: float) -> list[dict[str, Any]]:
+    def play(self, model: Any, temperature: float, rank: int = 0, processes: int = 1) -> list[dict[str, Any]]:
+        """Every held-out negotiation's row, in the set's order. With ``processes`` > 1, this rank plays every
+        ``processes``-th case from ``rank`` and the rows of all ranks are gathered (each case plays with its own
+        seeds, so the rows are the ones one process would give)."""
+        mine = list(range(rank, len(self.cases), processes))
+        rows = self._play([self.cases[i] for i in mine], model, temperature)
+        if processes == 1:
+            return rows
+        from accelerate.utils import gather_object  # lazy: accelerate is loaded with the trainer by now
+
+        gathered = gather_object([(i, row) for i, row in zip(mine, rows)])
+        return [row for _, row in sorted(gathered, key=lambda x: x[0])]
+
+    def _play(self, cases: list[Any], model: Any, temperature: float) -> list[dict[str, Any]]:
         games = []
-        for case in self.cases:
+        for case in cases:
             neg = Negotiation(case.scenario, ProtocolConfig(opener=case.opener, max_invalid=self.cfg.max_invalid))
             seller = HFAgent(model, case.scenario, "seller", self.settings, temperature, f"hf:{self.cfg.model}")
             seller.sample_seed = sample_seed(self.cfg.validation.seed, case.seed, "seller")
@@ -88,7 +100,7 @@ class Validator:
             games.append(Game(neg, {"seller": seller, "buyer": buyer}))
         play_lockstep(games, max_active=self.cfg.validation.batch_size)
         rows = []
-        for case, g in zip(self.cases, games):
+        for case, g in zip(cases, games):
             g.agents["seller"].release()
             neg = g.negotiation
             figures = score(neg, self.cfg.no_deal)

@@ -23,11 +23,18 @@ from haggler.evaluation.stats import cluster_bootstrap, holm, paired
 
 POOLED = "all buyers"
 
-ARM_COLUMNS = ["arm", "buyer", "completed", "errored", "seller_score", "ci_low", "ci_high", "deal_rate",
+ARM_COLUMNS = ["arm", "buyer", "completed", "errored", "seller_score", "ci_low", "ci_high", "surplus", "surplus_low",
+               "surplus_high", "good_deal_rate", "loss_rate", "deal_rate",
                "seller_utility_given_deal", "buyer_utility", "pareto_optimal_rate", "nash_distance",
                "invalid_action_rate", "irrational_deal_rate", "seeds"]
 
-HEADLINE = ["arm", "seller score", "95% CI", "deal rate", "invalid actions", "Pareto-optimal", "cells completed"]
+HEADLINE = ["arm", "seller score", "95% CI", "surplus over no deal", "95% CI", "good deals", "losses", "deal rate",
+            "invalid actions", "Pareto-optimal", "cells completed"]
+
+HEADLINE_NOTE = ("Surplus over no deal is the seller's utility minus its own reservation value (0 without a deal): "
+                 "a seller that refused every offer would score exactly 0, as the no-deal arm does, so only a surplus "
+                 "whose interval lies above 0 shows negotiating beyond refusing. Good deals: cells ending in a deal "
+                 "worth more to the seller than no deal; losses: deals worth less.")
 
 COST_HEADER = ["arm", "buyer", "API calls", "prompt tokens", "completion tokens", "cached tokens", "cost"]
 
@@ -98,6 +105,14 @@ def arm_figures(records: list[Record], seeds: dict[str, int | None], n_boot: int
     deals = [r for r in done if r.deal]
     turns = sum(_seller_turns(r) for r in done)
     invalid = sum((r.invalid_actions or {}).get("seller", 0) for r in done)
+    # surplus over no deal (score.py): 0 for the no-deal arm; files written before it was recorded have none
+    surplus = [r.seller_surplus for r in done]
+    if all(x is not None for x in surplus):
+        out["surplus"] = cluster_bootstrap(surplus, [r.scenario_id for r in done],
+                                           [seeds.get(r.seller) for r in done] if multi else None,
+                                           n_boot=n_boot).to_json()
+        out["good_deal_rate"] = sum(bool(r.good_deal) for r in done) / len(done)
+        out["loss_rate"] = sum(x < 0 for x in surplus) / len(done)
     out.update({
         "seller_score": ci.to_json(),
         "deal_rate": len(deals) / len(done),
@@ -283,10 +298,11 @@ def arm_rows(per_buyer: dict[str, dict[str, dict]]) -> list[dict[str, Any]]:
     rows = []
     for buyer, arms in per_buyer.items():
         for arm, f in arms.items():
-            s = f.get("seller_score") or {}
+            s, sp = f.get("seller_score") or {}, f.get("surplus") or {}
             rows.append({"arm": arm, "buyer": buyer, "completed": f["completed"], "errored": f["errored"],
                          "seller_score": s.get("estimate"), "ci_low": s.get("low"), "ci_high": s.get("high"),
-                         **{k: f.get(k) for k in ARM_COLUMNS[7:]}})
+                         "surplus": sp.get("estimate"), "surplus_low": sp.get("low"), "surplus_high": sp.get("high"),
+                         **{k: f.get(k) for k in ARM_COLUMNS[10:]}})
     return rows
 
 
@@ -303,9 +319,10 @@ def comparison_rows(comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def headline_rows(per_buyer: dict[str, dict[str, dict]]) -> list[list[Any]]:
     rows = []
     for arm, f in per_buyer.get(POOLED, {}).items():
-        s = f.get("seller_score") or {}
+        s, sp = f.get("seller_score") or {}, f.get("surplus") or {}
         rows.append([arm, s.get("estimate"), f"{fmt(s.get('low'))} to {fmt(s.get('high'))}" if s else "-",
-                     f.get("deal_rate"), f.get("invalid_action_rate"), f.get("pareto_optimal_rate"),
+                     sp.get("estimate"), f"{fmt(sp.get('low'))} to {fmt(sp.get('high'))}" if sp else "-",
+                     f.get("good_deal_rate"), f.get("loss_rate"), f.get("deal_rate"), f.get("invalid_action_rate"), f.get("pareto_optimal_rate"),
                      f"{f['completed']}/{f['cells']}"])
     return rows
 

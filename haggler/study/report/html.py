@@ -17,7 +17,7 @@ import jinja2
 from haggler.evaluation.figures import fmt
 from haggler.evaluation.results import Record
 from haggler.study.report.behaviour_table import BEHAVIOUR_HEADER, BEHAVIOUR_NOTE, behaviour_rows
-from haggler.study.report.assemble import COST_HEADER, HEADLINE, POOLED, cost_rows, headline_rows
+from haggler.study.report.assemble import COST_HEADER, HEADLINE, HEADLINE_NOTE, POOLED, cost_rows, headline_rows
 from haggler.study.report.security_table import SECURITY_HEADER, SECURITY_NOTE, security_rows
 
 SETTINGS_CHARS = 50_000  # the settings block is cut here
@@ -69,7 +69,7 @@ def page_context(summary: dict[str, Any], records: list[Record], out: Path) -> d
     filters = {"arm": sorted({arm_of.get(r.seller, r.seller) for r in records}),
                "buyer": summary["buyers"] + summary.get("adversarial_buyers", []),
                "scenario": sorted({r.scenario_id for r in records})}
-    return {"headline_header": HEADLINE, "headline": _cells(headline_rows(summary["per_buyer"])),
+    return {"headline_header": HEADLINE, "headline_note": HEADLINE_NOTE, "headline": _cells(headline_rows(summary["per_buyer"])),
             "pooled_verdicts": [c["verdict"] for c in summary["comparisons"] if c["buyer"] == POOLED],
             "notes": summary.get("notes", []),
             "buyers": _buyer_sections(summary), "plots": _plots(summary, out), "filters": filters,

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from haggler.evaluation.figures import fmt
-from haggler.study.report.assemble import COST_HEADER, HEADLINE, POOLED, cost_rows, headline_rows
+from haggler.study.report.assemble import COST_HEADER, HEADLINE, HEADLINE_NOTE, POOLED, cost_rows, headline_rows
 from haggler.study.report.behaviour_table import BEHAVIOUR_HEADER, BEHAVIOUR_NOTE, behaviour_rows
 from haggler.study.report.security_table import SECURITY_HEADER, SECURITY_NOTE, security_rows
 
@@ -20,7 +20,7 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
 def render_markdown(summary: dict[str, Any]) -> str:
     lines = ["# haggler report", ""]
     lines += ["## Headline (pooled over evaluation buyers)", "",
-              _md_table(HEADLINE, headline_rows(summary["per_buyer"])), ""]
+              _md_table(HEADLINE, headline_rows(summary["per_buyer"])), "", HEADLINE_NOTE, ""]
     pooled = [c for c in summary["comparisons"] if c["buyer"] == POOLED]
     if pooled:
         lines += ["## What the numbers show", ""]

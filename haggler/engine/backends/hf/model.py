@@ -57,6 +57,10 @@ class HFModel:
         # transformers renamed past_key_values to cache (5.2x); use whichever this version's forward takes
         params = inspect.signature(self.model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        # MoE checkpoints saved by a trainer say output_router_logits: true (TRL turns it on for the auxiliary
+        # load-balancing loss); sampling needs no router logits, and that loss reads the engine's 4D masks as a
+        # 2D padding mask and fails (a warm-started Qwen3-MoE errored on every turn)
+        self.forward_kwargs = {"output_router_logits": False} if "output_router_logits" in params else {}
         self.lock = threading.Lock()  # one forward pass at a time per model, whichever thread asks
         self._queue: list[Job] = []  # submitted, not yet in the running batch
         self._queue_lock = threading.Lock()
@@ -70,7 +74,8 @@ class HFModel:
         themselves are the layout's, counted in positions (see ``layout.py``)."""
         masks = self.layout.masks(attention_mask, position_ids, self.model.dtype)
         return self.model(input_ids=input_ids, attention_mask=masks, position_ids=position_ids,
-                          **{self.cache_kwarg: cache}, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+                          **{self.cache_kwarg: cache}, **self.forward_kwargs, use_cache=True,
+                          logits_to_keep=1).logits[:, -1, :]
 
     def _stop_table(self, stop_chars: str, stop_ids: frozenset[int] = frozenset()) -> list[bool]:
         """Per vocabulary id: does this token's text contain a stop character (or is it a stop id, or an end of
