@@ -89,7 +89,7 @@ E2B = {"hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35, 
 
 
 # ``--small``: the same layout at toy width, to try the stage's code on a CPU before a GPU is lent
-SMALL = {**E2B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 10, "num_kv_shared_layers": 6,
+SMALL = {**E2B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 10, "num_kv_shared_layers": 4,
          "num_attention_heads": 2, "head_dim": 16, "global_head_dim": 32, "hidden_size_per_layer_input": 8,
          "sliding_window": 16, "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 2}
 
@@ -136,7 +136,7 @@ def gemma4_e2b(work: Path, small: bool = False) -> dict:
     start = time.perf_counter()
     trainer.train()
     steps = [h for h in trainer.state.log_history if "step_time" in h]
-    plan = estimate("2.3B", lora=True, seq_len=1024, micro_batch=8)
+    plan = estimate("2.3B", lora=True, seq_len=1024, micro_batch=8, lora_r=32)
     return {"device": device, "small": small, "tokenizer": name, "parameters": params, "play": play_figures(games),
             "rollout_s": round(rollout_s, 1), "sampled_tokens_per_s": round(sampled / rollout_s, 1),
             "rollout_peak_gib": rollout_peak, "grpo_s_per_step": [round(h["step_time"], 1) for h in steps],

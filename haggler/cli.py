@@ -409,12 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, GridError, ResultsError, SpecError, ConfigError, ValueError) as err:
+    except (ScenarioError, GridError, ResultsError, SpecError, ConfigError, ValueError, TrainingStopped) as err:
         print(f"haggler: error: {err}", file=sys.stderr)
-        return 2
-    except TrainingStopped as err:  # a run that stopped on its own evidence: said, not a traceback
-        print(f"haggler: error: {err}", file=sys.stderr)
-        return 1
+        # 1: a run that stopped on its own evidence (every rollout errored); 2: bad input
+        return 1 if isinstance(err, TrainingStopped) else 2
 
 
 if __name__ == "__main__":

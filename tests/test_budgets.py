@@ -190,7 +190,8 @@ def test_study_plan_states_its_estimate(tmp_path, capsys):
         "bases": [{"name": "base", "model": "default"}],
         "references": [{"name": "ref", "spec": "openai:big@a"}],
         "buyers": [{"spec": "openai:x@a", "family": "x"}, {"spec": "openai:y@b", "family": "y"}],
-        "grid": {"n": 2, "max_turns": 4, "openers": ["seller", "buyer"]}}))
+        "grid": {"n": 2, "max_turns": 4, "openers": ["seller", "buyer"]},
+        "no_deal_arm": False}))  # the arithmetic below counts the two arms named here
     assert main(["study", "plan", str(tmp_path / "study.yaml")]) == 0
     printed = capsys.readouterr().out
     # 2 arms x 8 cells; endpoint a: buyer x in 4 cells per arm, and the reference seller in all 8, 2 calls each

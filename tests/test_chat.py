@@ -61,6 +61,8 @@ CASES = {
     "gemma3": ("gemma3", "gemma", (), "native", "<end_of_turn>"),  # the template folds the system turn itself
     "gemma2": ("gemma2", "gemma", (), "folded", "<end_of_turn>"),  # refuses a system message
     "mistral": ("mistral", "gemma", (), "folded", "<eos>"),  # no system role; turns end on EOS
+    # the system message moves to the last user turn: taken as native, every later turn would repeat it
+    "mistral-v3": ("mistral-v3", "gemma", (), "folded", "<eos>"),
     "llama3": ("llama3", "smollm2", LLAMA3_TOKENS, "native", "<|eot_id|>"),
     "qwen3": ("qwen3", "smollm2", QWEN3_TOKENS, "native", "<|im_end|>"),
     "smollm2": (None, "smollm2", (), "native", "<|im_end|>"),  # its own template
@@ -87,11 +89,12 @@ def test_the_engines_text_between_turns_is_the_templates_own(case, request):
     # Qwen3's generation prompt carries the empty thought of thinking-off mode; the engine never re-renders, so the
     # past turn keeps the thought the model saw (templates that strip past thoughts would drop it on re-rendering)
     seen = "<think>\n\n</think>\n\n" if case == "qwen3" else ""
-    whole = merge_roles(first + [{"role": "assistant", "content": seen + "No."},
+    reply = " No." if case == "mistral-v3" else "No."  # its template writes the space before a reply: the model does
+    whole = merge_roles(first + [{"role": "assistant", "content": seen + reply},
                                  {"role": "user", "content": "The buyer offers $20."}])
     rendered = tok.apply_chat_template(whole, tokenize=False, add_generation_prompt=True, **fmt.template_kwargs)
     opening = tok.decode(fmt.first_prompt(tok, "Sell well.", "The buyer offers $10."))
-    engine = opening + "No." + fmt.close_assistant + fmt.open_user + "The buyer offers $20." + fmt.after_user
+    engine = opening + reply + fmt.close_assistant + fmt.open_user + "The buyer offers $20." + fmt.after_user
     assert engine == rendered
     assert "Sell well." in rendered  # the instructions are never dropped, folded or not
     assert fmt.end_of_turn in end_of_turn_ids(None, tok)

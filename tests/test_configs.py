@@ -13,7 +13,8 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 @pytest.mark.parametrize("name", ["demo.yaml", "gemma4.yaml"])
 def test_training_configs_load_and_build_trl_arguments(name, tokenizer):
     pytest.importorskip("trl")
-    from haggler.training.grpo import grpo_args, peft_config
+    from haggler.training.grpo import grpo_args
+    from haggler.training.lora import peft_config
 
     cfg = load_config(CONFIGS / name)
     # GPU-only settings switched off here only so that the arguments can be built on this CPU machine

@@ -140,7 +140,8 @@ def test_the_hubs_multimodal_gemma4_warm_starts_trains_lora_on_its_language_mode
     import re
 
     from haggler.training.config import load_config
-    from haggler.training.grpo import build_trainer, peft_config
+    from haggler.training.grpo import build_trainer
+    from haggler.training.lora import peft_config
     from haggler.training.recipe import run_training
 
     built = small_checkpoint("gemma4-hub", tokenizer, sharpen=4.0)

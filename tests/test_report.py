@@ -169,3 +169,27 @@ def test_a_study_plans_the_no_deal_arm_unless_told_not_to(tmp_path):
     (tmp_path / "study.yaml").write_text(body + "no_deal_arm: false\n")
     arms, _ = plan_arms(load_study(tmp_path / "study.yaml"))
     assert not [a for a in arms if a.kind == "reference"]
+
+
+def test_the_report_says_whether_each_rl_arms_kept_step_beat_step_zero_on_validation(tmp_path):
+    synthetic(tmp_path, gain=0.1)
+    runs = {}
+    for name, changes, selected in (("flat", [0.0, 0.01, -0.004], None), ("better", [0.0, 0.02, 0.05], 1)):
+        d = tmp_path / name
+        (d / "final").mkdir(parents=True)
+        lines = [{"step": s, "validation/score": 0.4 + c, "validation/score_change": c,
+                  "validation/score_change_low": c - 0.015, "validation/score_change_high": c + 0.015,
+                  "validation/negotiations": 40, "rows": []} for s, c in enumerate(changes)]
+        (d / "validation.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        (d / "final" / "haggler-model.json").write_text(json.dumps({"selected": {"step": selected}} if selected else {}))
+        runs[name] = str(d)
+    arms = [Arm("base", "hf:base", "base"),
+            Arm("rl", "hf:rl", "rl", base="base", learning_rate=1e-5, seed=0, train_dir=runs["flat"]),
+            Arm("rl2", "hf:rl-2", "rl", base="base", learning_rate=3e-5, seed=0, train_dir=runs["better"])]
+    summary = build_report([tmp_path / "results.jsonl"], tmp_path / "report", arms=arms, n_boot=200)
+    by_arm = {v["arm"]: v for v in summary["validation"]}
+    assert by_arm["rl"]["step"] == 2 and by_arm["rl"]["selected_by"] == "last" and not by_arm["rl"]["beat_step0"]
+    assert by_arm["rl2"]["step"] == 1 and by_arm["rl2"]["selected_by"] == "best" and by_arm["rl2"]["beat_step0"]
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "it did not beat step 0" in md and "it beat step 0" in md
+    assert "did not beat step 0" in (tmp_path / "report" / "report.html").read_text()

@@ -46,8 +46,8 @@ class Recorder(NegotiationRollout):
         super().__init__(*a, **kw)
         self.calls = []
 
-    def _collect(self, prompts, games):
-        out = super()._collect(prompts, games)
+    def _collect(self, prompts, games, processes=1):
+        out = super()._collect(prompts, games, processes)
         engine = [score(g.negotiation, self.cfg.no_deal).seller_score for g in games]
         texts = [g.agents["seller"].generated_texts for g in games]
         self.calls.append({"prompts": list(prompts), "out": out, "engine": engine, "texts": texts,
@@ -175,6 +175,10 @@ def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, to
     scores = [0.2, None, 0.6, None]
     _fill_errored_with_group_mean(["a", "a", "b", "b"], scores)
     assert scores == [0.2, 0.2, 0.6, 0.6]
+    # a group spanning ranks: the mean is over every rank's copies, and a rank whose copies all errored gets it too
+    scores = [None, None]
+    _fill_errored_with_group_mean(["a", "a"], scores, [("a", None), ("a", None), ("a", 0.3), ("a", 0.5)])
+    assert scores == [pytest.approx(0.4), pytest.approx(0.4)]
     cfg = config(tmp_path)
     rollout = NegotiationRollout(cfg, training_tasks(cfg), AgentContext())
     # a buyer that cannot be reached (no such endpoint): every negotiation of the group errors
@@ -411,7 +415,7 @@ def test_lora_on_the_top_layers_adapts_and_trains_only_those(tmp_path, tokenizer
     moved = {n for n, p in peft_model.named_parameters() if not torch.equal(before[n], p.detach())}
     assert moved and moved <= trainable
     with pytest.raises(ValueError, match="lora.layers"):
-        from haggler.training.grpo import peft_config
+        from haggler.training.lora import peft_config
 
         peft_config(config(tmp_path, lora={"layers": 3}), model)
 

@@ -116,14 +116,17 @@ class HFAgent:
         return self.tokenizer.decode(said), sample
 
     def _close_turn(self, last: Sample | None) -> None:
-        if last is None or last.stopped != "eos":
+        # Only the template's own end of turn closes it: a turn that stopped at another EOS id (Gemma's <eos>)
+        # still gets the template's close, so the next user turn opens where the template would open it
+        if last is None or not last.ids or last.ids[-1] != self.frame.end_of_turn:
             self._env(self.frame.close_assistant)
 
     def _think(self) -> Generator[SampleRequest, Sample, str]:
         """The thought before the answer, in the template's markers: the environment opens it, the model writes
         it until its closing token (or its budget, when the environment closes it). Its tokens are the model's."""
         thought = self.frame.thought
-        self._env(thought.open)
+        if thought.open:  # empty where the generation prompt opened it already
+            self._env(thought.open)
         said, sample = yield from self._sample(self.settings.thought_tokens, "", "thought", frozenset({thought.close_id}))
         if sample.ids and sample.ids[-1] == thought.close_id:
             said = self.tokenizer.decode(sample.ids[:-1])

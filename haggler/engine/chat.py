@@ -20,6 +20,7 @@ text, and how the template treats what haggler needs of it:
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -61,11 +62,15 @@ class ChatFormat:
         system: Literal["native", "folded"] = "native"
         try:
             text = _render(tokenizer, _history("native"), kwargs)
-            if _SYSTEM not in text:  # a template that drops the system message without a word
-                raise ValueError("system message dropped")
-        except Exception:  # noqa: BLE001 - jinja's TemplateError ("System role not supported") or the drop above
+            # a template that drops the system message without a word, or moves it after the first user message
+            # (Mistral v0.3's puts it into the last user turn: every later turn would carry it)
+            if _SYSTEM not in text or text.index(_SYSTEM) > text.index(_USER1):
+                raise ValueError("system message dropped or moved")
+            _frame_parts(text)
+        except Exception:  # noqa: BLE001 - jinja's TemplateError ("System role not supported") or the checks above
             system = "folded"
             text = _render(tokenizer, _history("folded"), kwargs)
+            _frame_parts(text)
         between = text[text.index(_REPLY) + len(_REPLY): text.index(_USER2)]
         close, end_id = _end_of_turn(tokenizer, between)
         thought = _thought(tokenizer, system, kwargs) if thinking else None
@@ -98,15 +103,17 @@ def merge_roles(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_FORMATS: dict[tuple[int, bool], ChatFormat] = {}
+_FORMATS: dict[tuple[int, bool], tuple[weakref.ref, ChatFormat]] = {}
 
 
 def chat_format(tokenizer: Any, thinking: bool = False) -> ChatFormat:
-    """``ChatFormat.probe``, once per tokenizer and thinking mode."""
+    """``ChatFormat.probe``, once per tokenizer and thinking mode (a freed tokenizer's id may be reused by the
+    next model's: the entry counts only while it still refers to this very tokenizer)."""
     key = (id(tokenizer), thinking)
-    if key not in _FORMATS:
-        _FORMATS[key] = ChatFormat.probe(tokenizer, thinking)
-    return _FORMATS[key]
+    held = _FORMATS.get(key)
+    if held is None or held[0]() is not tokenizer:
+        _FORMATS[key] = (weakref.ref(tokenizer), ChatFormat.probe(tokenizer, thinking))
+    return _FORMATS[key][1]
 
 
 def end_of_turn_ids(generation_config: Any, tokenizer: Any) -> list[int]:
@@ -119,6 +126,15 @@ def end_of_turn_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     if getattr(tokenizer, "chat_template", None):
         ids.add(chat_format(tokenizer).end_of_turn)
     return sorted(ids)
+
+
+def _frame_parts(text: str) -> None:
+    """The text the engine will write between turns must hold no placeholder: a template that repeats the system
+    message in later turns cannot be framed with a native system role."""
+    between = text[text.index(_REPLY) + len(_REPLY): text.index(_USER2)]
+    after = text[text.index(_USER2) + len(_USER2):]
+    if any(p in between or p in after for p in (_SYSTEM, _USER1, _REPLY, _USER2)):
+        raise ValueError("the text between turns repeats a message")
 
 
 def _history(system: str) -> list[dict[str, str]]:
@@ -161,6 +177,9 @@ def _thought(tokenizer: Any, system: str, kwargs: dict[str, Any]) -> Thought:
     for open_, close in THOUGHT_MARKERS:
         ids = tokenizer.encode(close, add_special_tokens=False)
         if len(ids) == 1:
-            return Thought(open_, close, ids[0])
+            # a template whose generation prompt opens the thought itself (some Qwen3 thinking templates end with
+            # "<think>\n"): the environment must not open it a second time
+            opened = on.endswith(open_) or on.endswith(open_.rstrip("\n"))
+            return Thought("" if opened else open_, close, ids[0])
     raise ChatTemplateError(f"prompt.thinking: none of the thought markers {[c for _, c in THOUGHT_MARKERS]} is "
                             "one token of this tokenizer's vocabulary")

@@ -39,6 +39,7 @@ from haggler.training.common import (buyer_context, process_count, resolve_bf16,
                                      training_scenarios)
 from haggler.training.config import TrainConfig
 from haggler.training.errors import RolloutErrors
+from haggler.training.lora import peft_config
 from haggler.training.validation import Validator
 
 
@@ -117,7 +118,7 @@ class NegotiationRollout:
             model = self.policy(trainer)
             out = self.play(model, prompts, trainer.args.temperature, self._rollout_id(trainer.state.global_step),
                             earlier_copies(prompts, trainer.accelerator.process_index,
-                                           trainer.accelerator.num_processes))
+                                           trainer.accelerator.num_processes), trainer.accelerator.num_processes)
         self.figures = self._measure(out, time.perf_counter() - start, trainer.state)
         self.refuse_to_train_on_nothing(out["errored"], trainer.state.global_step)
         return out
@@ -150,9 +151,10 @@ class NegotiationRollout:
         return sample_seed(self.cfg.grpo.seed, int(digest[:15], 16), "seller")
 
     def play(self, model: Any, prompts: list[str], temperature: float, rollout: str = "0.0",
-             first_copy: dict[str, int] | None = None) -> dict[str, list]:
+             first_copy: dict[str, int] | None = None, processes: int = 1) -> dict[str, list]:
         """Play one negotiation per prompt with ``model`` as the seller; the engine's figures per row.
-        ``first_copy``: per task, the copies of its group that earlier ranks play (their sellers' seeds are taken)."""
+        ``first_copy``: per task, the copies of its group that earlier ranks play (their sellers' seeds are taken);
+        ``processes``: the ranks playing this rollout together (an errored row takes its whole group's mean)."""
         games = []
         copies: dict[str, int] = {key: n - 1 for key, n in (first_copy or {}).items()}
         for key in prompts:
@@ -172,9 +174,9 @@ class NegotiationRollout:
         play_lockstep([g for g in games if not g.negotiation.done], max_active=len(games))
         for g in games:
             g.agents["seller"].release()
-        return self._collect(prompts, games)
+        return self._collect(prompts, games, processes)
 
-    def _collect(self, prompts: list[str], games: list[Game]) -> dict[str, list]:
+    def _collect(self, prompts: list[str], games: list[Game], processes: int = 1) -> dict[str, list]:
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "logprobs",
                                                 "seller_score", "invalid_share", "deal", "seller_turns", "errored")}
         for g in games:
@@ -192,7 +194,12 @@ class NegotiationRollout:
             out["deal"].append(bool(figures.deal))
             out["seller_turns"].append(len(turns))
             out["errored"].append(errored)
-        _fill_errored_with_group_mean(prompts, out["seller_score"])
+        pool = None
+        if processes > 1:  # a group can span ranks: its mean is over every rank's copies (TRL's baseline is)
+            from accelerate.utils import gather_object  # lazy: accelerate is loaded with the trainer by now
+
+            pool = gather_object(list(zip(prompts, out["seller_score"])))
+        _fill_errored_with_group_mean(prompts, out["seller_score"], pool)
         self.last_errors = [g.negotiation.error for g in games]
         return out
 
@@ -241,17 +248,18 @@ def earlier_copies(prompts: list[str], rank: int, processes: int) -> dict[str, i
     return counts
 
 
-def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None]) -> None:
-    """An errored rollout takes its group's mean reward: zero advantage, and the group's baseline unchanged."""
-    groups: dict[str, list[int]] = {}
+def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None],
+                                  pool: list[tuple[str, float | None]] | None = None) -> None:
+    """An errored rollout takes its group's mean reward: zero advantage, and the group's baseline unchanged.
+    ``pool``: every rank's (prompt, score) rows, where a group spans ranks (default: these rows)."""
+    known: dict[str, list[float]] = {}
+    for p, value in pool if pool is not None else zip(prompts, scores):
+        if value is not None:
+            known.setdefault(p, []).append(value)
     for i, p in enumerate(prompts):
-        groups.setdefault(p, []).append(i)
-    for rows in groups.values():
-        known = [scores[i] for i in rows if scores[i] is not None]
-        fill = sum(known) / len(known) if known else 0.0
-        for i in rows:
-            if scores[i] is None:
-                scores[i] = fill
+        if scores[i] is None:
+            group = known.get(p)
+            scores[i] = sum(group) / len(group) if group else 0.0
 
 
 def make_reward(format_penalty: float, rollout: NegotiationRollout | None = None) -> Callable[..., list[float]]:
@@ -281,48 +289,6 @@ def grpo_args(cfg: TrainConfig, **extra: Any) -> Any:
     kwargs["gradient_accumulation_steps"] = g.accumulation_for(process_count())  # the global batch, kept
     return GRPOConfig(output_dir=cfg.output_dir, top_k=0, top_p=1.0, log_completions=False,
                       save_strategy="steps", **kwargs, **extra)
-
-
-def peft_config(cfg: TrainConfig, model: Any) -> Any:
-    if cfg.lora is None:
-        return None
-    # Lazy: peft is optional and slow to import.
-    from peft import LoraConfig
-
-    lora = cfg.lora
-    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
-                      target_modules=decoder_targets(model, lora.target_modules, lora.layers))
-
-
-def decoder_targets(model: Any, targets: str | list[str], layers: int | None = None) -> str:
-    """Which modules get adapters, as the regular expression peft matches whole module names against: the linear
-    modules named ``targets`` ("all-linear": every one) inside the language model's decoder layers, the top
-    ``layers`` of them where given. Only the decoder's: a multimodal checkpoint (Gemma 4 as the hub ships it) has
-    vision and audio towers whose linear layers sit inside clippable wrappers that peft refuses, and a seller's
-    reward says nothing about them."""
-    import re
-
-    import torch
-
-    decoder = model.get_decoder()
-    prefix = next(name for name, module in model.named_modules() if module is decoder)
-    inside = re.compile(rf"^{re.escape(prefix)}\.layers\.(\d+)\.(?:.+\.)?([^.]+)$" if prefix
-                        else r"^layers\.(\d+)\.(?:.+\.)?([^.]+)$")
-    n = model.config.get_text_config(decoder=True).num_hidden_layers
-    if layers is not None and layers > n:
-        raise ValueError(f"lora.layers: {layers}, but the model has {n} decoder layers")
-    found = {m.group(2) for name, module in model.named_modules()
-             if isinstance(module, torch.nn.Linear) and (m := inside.match(name))}
-    if targets == "all-linear":
-        names = sorted(found)
-    else:
-        names = [targets] if isinstance(targets, str) else list(targets)
-        if unknown := [t for t in names if t not in found]:
-            raise ValueError(f"lora.target_modules: {unknown} are no linear modules of the decoder layers "
-                             f"(they have {sorted(found)})")
-    chosen = range(n - layers, n) if layers is not None else range(n)
-    head = rf"{re.escape(prefix)}\." if prefix else ""
-    return rf"^{head}layers\.({'|'.join(map(str, chosen))})\.(?:.+\.)?({'|'.join(map(re.escape, names))})$"
 
 
 def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task] | None = None,

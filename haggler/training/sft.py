@@ -51,6 +51,28 @@ def warm_start_rows(cfg: TrainConfig, tokenizer: Any,
     return rows
 
 
+def shared_rows(cfg: TrainConfig, tokenizer: Any, settings: PromptSettings) -> list[dict[str, list[int]]]:
+    """The warm start's examples, the same on every process: with several, the main process plays the teacher's
+    negotiations and sends its rows to the others (an API buyer's answers, or its errors, may differ between
+    ranks, and ranks with different data would take different numbers of steps and hang the collectives)."""
+    if process_count() == 1:
+        return warm_start_rows(cfg, tokenizer, settings)
+    from accelerate import PartialState
+    from accelerate.utils import broadcast_object_list
+
+    state = PartialState()
+    payload: list[Any] = [None]
+    if state.is_main_process:
+        try:
+            payload = [warm_start_rows(cfg, tokenizer, settings)]
+        except ConfigError as err:  # said on every rank, not only the main one
+            payload = [err]
+    broadcast_object_list(payload)
+    if isinstance(payload[0], ConfigError):
+        raise payload[0]
+    return payload[0]
+
+
 def is_done(cfg: TrainConfig) -> bool:
     """Complete, and made from this base in this config's prompt format with its warm-start settings
     (else it is redone)."""
@@ -76,7 +98,7 @@ def run_warm_start(cfg: TrainConfig, force: bool = False, log: Callable[[str], N
         return out
     ws, settings = cfg.warm_start, training_format(cfg)
     model, tokenizer = load_policy(resolve_model_path(cfg.model), cfg.dtype)
-    rows = warm_start_rows(cfg, tokenizer, settings)
+    rows = shared_rows(cfg, tokenizer, settings)
     tokens = sum(len(r["input_ids"]) for r in rows)
     log(f"warm start: {len(rows)} teacher negotiations ({ws.teacher}), {tokens} tokens")
     start = time.perf_counter()

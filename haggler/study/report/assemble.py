@@ -9,7 +9,9 @@ down per evaluation buyer. Errored cells are excluded from every score and count
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -252,6 +254,37 @@ def all_comparisons(records_by_arm: dict[str, list[Record]], table: dict[str, Ar
             row["verdict"] = verdict(row)
             comparisons.append(row)
     return comparisons
+
+
+def validation_verdicts(table: dict[str, ArmInfo]) -> list[dict[str, Any]]:
+    """Per RL training run with validation: the step its final model is (the card's ``selected``, else the last
+    validated step), that step's held-out change from step 0 with its paired interval, and whether it beat step 0.
+    A run whose kept step did not is said so: it is still an arm of the study, not silently "the RL arm"."""
+    out = []
+    for arm in table.values():
+        for d in arm.train_dirs:
+            log = Path(d) / "validation.jsonl"
+            if not log.is_file():
+                continue
+            entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            if not entries:
+                continue
+            card = Path(d) / "final" / "haggler-model.json"
+            selected = (json.loads(card.read_text()).get("selected") or {}) if card.is_file() else {}
+            step = selected.get("step", entries[-1]["step"])
+            # the last entry of that step: a resumed run appends the evaluations it repeats
+            kept = next((e for e in reversed(entries) if e["step"] == step), entries[-1])
+            low, high = kept.get("validation/score_change_low"), kept.get("validation/score_change_high")
+            change = kept.get("validation/score_change")
+            beat = low is not None and low > 0
+            words = (f"{arm.name} ({Path(d).name}): kept step {kept['step']} ({'best validation score' if selected else 'the last'}"
+                     f"), validation change from step 0 {fmt(change)} (95% CI {fmt(low)} to {fmt(high)}) over "
+                     f"{int(kept.get('validation/negotiations', 0))} held-out negotiations: "
+                     + ("it beat step 0" if beat else "it did not beat step 0"))
+            out.append({"arm": arm.name, "train_dir": d, "step": kept["step"], "selected_by": "best" if selected
+                        else "last", "score": kept.get("validation/score"), "change": change, "low": low,
+                        "high": high, "beat_step0": beat, "verdict": words})
+    return out
 
 
 def run_settings(records: list[Record], study: Any, study_path: str | None) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 from haggler.evaluation.results import load_results
 from haggler.study.config import plan_arms
 from haggler.study.report.assemble import (ARM_COLUMNS, sampling_notes, all_comparisons, arm_rows, arm_table, by_arm,
-                                           comparison_rows, per_buyer_figures, run_settings)
+                                           comparison_rows, per_buyer_figures, run_settings, validation_verdicts)
 from haggler.study.report.html import render_html
 from haggler.study.report.markdown import render_markdown
 from haggler.study.report.plots import make_plots
@@ -52,7 +52,7 @@ def build_report(results: list[str | Path], out_dir: str | Path, study: Any = No
     summary = {"arms": {n: a.to_json() for n, a in table.items()},
                "per_buyer": per_buyer, "comparisons": comparisons, "margin": margin,
                "settings": run_settings(records, study, study_path), "plots": plots, "buyers": buyers,
-               "security": security, "adversarial_buyers": sorted(security), "notes": sampling_notes(records),
+               "validation": validation_verdicts(table), "security": security, "adversarial_buyers": sorted(security), "notes": sampling_notes(records),
                "buyer_families": {b.spec: b.family for b in study.buyers} if study is not None else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(render_markdown(summary))

@@ -26,6 +26,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += ["## What the numbers show", ""]
         lines += [f"- {c['verdict']}" for c in pooled]
         lines.append("")
+    if summary.get("validation"):
+        lines += ["## How each RL arm's model was kept (validation, never the evaluation grid)", ""]
+        lines += [f"- {v['verdict']}" for v in summary["validation"]]
+        lines.append("")
     lines += [*summary.get("notes", []), ""] if summary.get("notes") else []
     for buyer in summary["buyers"]:
         fam = summary["buyer_families"].get(buyer)
