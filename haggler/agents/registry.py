@@ -23,7 +23,7 @@ from haggler.agents.scripted import SCRIPTED, make_scripted
 from haggler.core.scenario import Scenario
 from haggler.core.types import Side
 from haggler.engine.backends.openai_api import DEFAULT_ENDPOINT, ChatClient, Endpoint
-from haggler.engine.backends.embedded import EMBEDDED as EMBEDDED_MODELS, embedded_model_dir
+from haggler.engine.backends.embedded import EMBEDDED as EMBEDDED_MODELS, resolve_model_path
 from haggler.engine.backends.embedded import missing as missing_embedded
 from haggler.engine.card import card_prompt
 
@@ -86,9 +86,7 @@ def prompt_for_model(name: str, settings: PromptSettings) -> PromptSettings:
 def model_folder(name: str) -> Path:
     """Where ``hf:NAME`` is on disk: the embedded model's materialized folder, or NAME as a path (which
     does not exist for a Hugging Face id)."""
-    if name in EMBEDDED_MODELS:
-        return embedded_model_dir(name)
-    return Path(name).expanduser()
+    return Path(resolve_model_path(name)).expanduser()
 
 
 def check_model_source(name: str) -> None:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from haggler.engine.backends.embedded import EMBEDDED, embedded_model_dir
+from haggler.engine.backends.embedded import resolve_model_path
 
 GIB = 1024**3
 
@@ -63,8 +63,7 @@ def resolve_arch(model: str) -> Arch:
     key = model.strip().upper().removesuffix("PARAMS")
     if key in KNOWN_SIZES:
         return KNOWN_SIZES[key]
-    if model in EMBEDDED:
-        model = str(embedded_model_dir(model))
+    model = resolve_model_path(model)
     folder = Path(model).expanduser()
     if (folder / "config.json").is_file():
         return _from_config(json.loads((folder / "config.json").read_text()))

@@ -53,7 +53,7 @@ class HFModel:
         self.tokenizer = tokenizer
         self.eos_ids = end_of_turn_ids(self.model.generation_config, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
-        self._stop_tables: dict[str, list[bool]] = {}
+        self._stop_tables: dict[tuple[str, frozenset[int]], list[bool]] = {}
         # transformers renamed past_key_values to cache (5.2x); use whichever this version's forward takes
         params = inspect.signature(self.model.forward).parameters
         self.cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -80,22 +80,23 @@ class HFModel:
     def _stop_table(self, stop_chars: str, stop_ids: frozenset[int] = frozenset()) -> list[bool]:
         """Per vocabulary id: does this token's text contain a stop character (or is it a stop id, or an end of
         turn)? A plain list, looked up once per sampled token on the host (a device tensor would cost a
-        synchronisation per lookup)."""
-        if stop_ids:
-            table = list(self._stop_table(stop_chars))
-            for i in stop_ids:
-                table[i] = True
-            return table
-        if stop_chars not in self._stop_tables:
-            vocab = len(self.tokenizer)
-            table = [False] * max(vocab, self.layout.config.vocab_size)
-            if stop_chars:
-                for i, text in enumerate(self.tokenizer.batch_decode([[i] for i in range(vocab)])):
-                    table[i] = any(c in text for c in stop_chars)
-            for i in self.eos_ids:
-                table[i] = True
-            self._stop_tables[stop_chars] = table
-        return self._stop_tables[stop_chars]
+        synchronisation per lookup); built once per (stop characters, stop ids)."""
+        key = (stop_chars, stop_ids)
+        if key not in self._stop_tables:
+            if stop_ids:  # the characters' table with the ids added (a thought's closing token)
+                table = list(self._stop_table(stop_chars))
+                for i in stop_ids:
+                    table[i] = True
+            else:
+                vocab = len(self.tokenizer)
+                table = [False] * max(vocab, self.layout.config.vocab_size)
+                if stop_chars:
+                    for i, text in enumerate(self.tokenizer.batch_decode([[i] for i in range(vocab)])):
+                        table[i] = any(c in text for c in stop_chars)
+                for i in self.eos_ids:
+                    table[i] = True
+            self._stop_tables[key] = table
+        return self._stop_tables[key]
 
     def _jobs(self, seqs: list[Sequence], max_new_tokens: int | list[int], temperature: float, stop_chars: str,
               generator: Any, done: list[Callable[[Sample], None]], fail: list[Callable[[BaseException], None]],
