@@ -58,6 +58,10 @@ def test_several_training_seeds_show_their_spread(tmp_path):
     summary = build_report([tmp_path / "results.jsonl"], tmp_path / "report", arms=arms, n_boot=300)
     rl = summary["per_buyer"][POOLED]["rl"]
     assert rl["seeds"] == 3 and set(rl["seed_means"]) == {"0", "1", "2"} and rl["seed_sd"] >= 0
+    # each seed's own evaluation interval, beside the spread between seeds
+    assert set(rl["seed_ci_halfwidth"]) == {"0", "1", "2"} and all(h > 0 for h in rl["seed_ci_halfwidth"].values())
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "sd between seeds" in md and f"half-width of {rl['evaluation_halfwidth']:.3f}" in md
     (cmp,) = [c for c in summary["comparisons"] if c["buyer"] == POOLED and c["family"] == "rl_vs_base"]
     assert cmp["difference"]["n_seeds"] == 3 and "evaluation noise only" not in cmp["verdict"]
 

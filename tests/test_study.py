@@ -75,10 +75,26 @@ def check_complete(study_path, steps=2):
     return summary
 
 
-def test_study_runs_and_a_rerun_does_nothing_again(tmp_path, tokenizer):  # noqa: F811
+def test_study_runs_and_a_rerun_does_nothing_again(tmp_path, tokenizer, monkeypatch):  # noqa: F811
     path = write_study(tmp_path, tokenizer)
+    import haggler.study.run as study_run
+
+    played_after_selection = []
+    evaluate = study_run.run
+
+    def run_after_selection(*args, **kwargs):  # the selection is on disk before any evaluation cell is played
+        played_after_selection.append((Path(load_study(path).output_dir) / "selection.json").is_file())
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(study_run, "run", run_after_selection)
     run_study(load_study(path), log=lambda _: None, progress=False)
+    assert played_after_selection and all(played_after_selection)
     summary = check_complete(path)
+    # this study's training has no validation: its RL arm cannot be put forward, and the report says so
+    (tried,) = summary["selection"]["bases"]["tiny"]["tried"]
+    assert summary["selection"]["bases"]["tiny"]["chosen"] is None and "no validation" in tried["why"]
+    report = (Path(load_study(path).output_dir) / "report" / "report.md").read_text()
+    assert "tiny: no RL arm put forward" in report and "reported as trained, not as the study's RL arm" in report
     results = Path(load_study(path).output_dir) / "results.jsonl"
     before = results.read_text()
     lines = []
@@ -150,6 +166,21 @@ def test_evaluation_buyers_must_not_be_validation_buyers(tmp_path, tokenizer):  
     train.write_text(train.read_text() + 'validation: {n: 2, seed: 3001, buyers: ["scripted:tft"]}\n')
     with pytest.raises(ValueError, match="never met in training or validation"):
         plan_arms(load_study(path))
+
+
+def test_an_rl_arm_with_overrides_trains_with_them_in_a_folder_of_its_own(tmp_path, tokenizer):  # noqa: F811
+    path = write_study(tmp_path, tokenizer)
+    text = path.read_text().replace("rl: [{learning_rate: 1.0e-3}]",
+                                    'rl: [{learning_rate: 1.0e-3}, {learning_rate: 1.0e-3, label: bf16, '
+                                    'overrides: {"grpo.bf16": true}}]')
+    path.write_text(text)
+    arms, trainings = plan_arms(load_study(path))
+    by_name = {a.name: a for a in arms if a.kind == "rl"}
+    assert set(by_name) == {"tiny-rl-lr1e-3", "bf16"}
+    plain, autocast = trainings[by_name["tiny-rl-lr1e-3"].train_dir], trainings[by_name["bf16"].train_dir]
+    assert plain.grpo.bf16 is False and autocast.grpo.bf16 is True
+    assert Path(autocast.output_dir).name == "tiny-bf16-s0" != Path(plain.output_dir).name
+    assert plain.warm_start.output_dir == autocast.warm_start.output_dir  # one warm start for the base
 
 
 def test_shipped_study_configs_load():

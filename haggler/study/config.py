@@ -23,6 +23,15 @@ class RLArm(Strict):
     max_steps: int | None = Field(None, ge=1)  # default: the training config's
     seeds: list[int] = Field([0], min_length=1)
     label: str | None = None  # default: "<base>-rl-lr<rate>"
+    # training settings of this arm only, over the study's (e.g. {"grpo.bf16": true} next to a float32 arm);
+    # an arm with overrides needs a label, which names its training folders
+    overrides: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _overrides_need_a_label(self) -> RLArm:
+        if self.overrides and not self.label:
+            raise ValueError("an RL arm with overrides needs a label (it names the arm and its training folders)")
+        return self
 
 
 class BaseArm(Strict):
@@ -162,10 +171,12 @@ def scenarios_path(cfg: StudyConfig) -> Path:
 def arm_training_config(cfg: StudyConfig, base_name: str, model: str, rl: Any, seed: int) -> TrainConfig:
     """The training config of one RL arm and seed: the study's training file with this arm's settings."""
     root = study_dir(cfg) / "train"
+    folder = f"{base_name}-{rl.label}-s{seed}" if rl.overrides else f"{base_name}-lr{_rate(rl.learning_rate)}-s{seed}"
     overrides = {
         **cfg.training_overrides,
+        **rl.overrides,
         "model": model,
-        "output_dir": str(root / f"{base_name}-lr{_rate(rl.learning_rate)}-s{seed}"),
+        "output_dir": str(root / folder),
         "grpo.learning_rate": rl.learning_rate,
         "grpo.seed": seed,
         "exclude_scenarios": [str(scenarios_path(cfg))],

@@ -26,6 +26,7 @@ from haggler.evaluation.runner import run
 from haggler.scenarios.generate import generate_scenarios
 from haggler.study.config import RLArm, StudyConfig, arm_training_config, plan_arms, scenarios_path, study_dir
 from haggler.study.report import build_report
+from haggler.study.selection import selection_lines, write_selection
 from haggler.training.config import TrainConfig
 from haggler.training.errors import TrainingFailed
 from haggler.training.recipe import run_training
@@ -109,6 +110,10 @@ def run_study(cfg: StudyConfig, study_path: str | None = None, log: Callable[[st
     arms, _ = plan_arms(cfg)
     (out / "arms.json").write_text(json.dumps([a.to_json() for a in arms], indent=2) + "\n")
     train_arms(cfg, log)
+    # decided on validation only, and written before any evaluation cell is played
+    selection = write_selection(arms, out / "selection.json", cfg.bootstrap)
+    for line in selection_lines(selection):
+        log(f"[select] {line}")
     results = out / "results.jsonl"
     endpoints = study_endpoints(cfg)
     security = write_security_grid(cfg, scen)

@@ -20,6 +20,7 @@ from haggler.evaluation.cost import dollars, total_usage
 from haggler.evaluation.figures import fmt, mean
 from haggler.evaluation.results import Record
 from haggler.study.config import plan_arms
+from haggler.study.selection import read_run
 from haggler.evaluation.summary import behaviour_means
 from haggler.evaluation.stats import cluster_bootstrap, holm, paired
 
@@ -80,14 +81,20 @@ def _seller_turns(r: Record) -> int:
     return sum(1 for t in r.transcript or [] if t.get("speaker") == "seller")
 
 
-def _seed_spread(done: list[Record], seeds: dict[str, int | None]) -> dict[str, Any]:
-    per_seed = defaultdict(list)
+def _seed_spread(done: list[Record], seeds: dict[str, int | None], n_boot: int) -> dict[str, Any]:
+    """Per training seed: its mean score and its own evaluation interval (scenarios resampled): the spread
+    between seeds next to the noise of evaluating one seed."""
+    per_seed: dict[Any, list[Record]] = defaultdict(list)
     for r in done:
-        per_seed[seeds.get(r.seller)].append(r.seller_score)
-    means = {str(k): sum(v) / len(v) for k, v in per_seed.items()}
+        per_seed[seeds.get(r.seller)].append(r)
+    means = {str(k): sum(r.seller_score for r in v) / len(v) for k, v in per_seed.items()}
     vals = list(means.values())
     sd = math.sqrt(sum((v - sum(vals) / len(vals)) ** 2 for v in vals) / (len(vals) - 1))
-    return {"seed_means": means, "seed_sd": sd}
+    half = {str(k): (lambda ci: (ci.high - ci.low) / 2)(cluster_bootstrap([r.seller_score for r in v],
+                                                                          [r.scenario_id for r in v], n_boot=n_boot))
+            for k, v in per_seed.items()}
+    return {"seed_means": means, "seed_sd": sd, "seed_ci_halfwidth": half,
+            "evaluation_halfwidth": sum(half.values()) / len(half)}
 
 
 def arm_figures(records: list[Record], seeds: dict[str, int | None], n_boot: int) -> dict[str, Any]:
@@ -128,7 +135,7 @@ def arm_figures(records: list[Record], seeds: dict[str, int | None], n_boot: int
         "behaviour": behaviour_means(done),
     })
     if multi:
-        out.update(_seed_spread(done, seeds))
+        out.update(_seed_spread(done, seeds, n_boot))
     return out
 
 
@@ -263,28 +270,47 @@ def validation_verdicts(table: dict[str, ArmInfo]) -> list[dict[str, Any]]:
     out = []
     for arm in table.values():
         for d in arm.train_dirs:
-            log = Path(d) / "validation.jsonl"
-            if not log.is_file():
+            run = read_run(d)
+            if run is None:
                 continue
-            entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-            if not entries:
-                continue
-            card = Path(d) / "final" / "haggler-model.json"
-            selected = (json.loads(card.read_text()).get("selected") or {}) if card.is_file() else {}
-            step = selected.get("step", entries[-1]["step"])
-            # the last entry of that step: a resumed run appends the evaluations it repeats
-            kept = next((e for e in reversed(entries) if e["step"] == step), entries[-1])
+            kept = next(s for s in run.steps if s["step"] == run.kept_step)
             low, high = kept.get("validation/score_change_low"), kept.get("validation/score_change_high")
             change = kept.get("validation/score_change")
             beat = low is not None and low > 0
-            words = (f"{arm.name} ({Path(d).name}): kept step {kept['step']} ({'best validation score' if selected else 'the last'}"
-                     f"), validation change from step 0 {fmt(change)} (95% CI {fmt(low)} to {fmt(high)}) over "
+            how = "best validation score" if run.selected_by == "best" else "the last"
+            words = (f"{arm.name} ({Path(d).name}): kept step {run.kept_step} ({how}), validation change from "
+                     f"step 0 {fmt(change)} (95% CI {fmt(low)} to {fmt(high)}) over "
                      f"{int(kept.get('validation/negotiations', 0))} held-out negotiations: "
                      + ("it beat step 0" if beat else "it did not beat step 0"))
-            out.append({"arm": arm.name, "train_dir": d, "step": kept["step"], "selected_by": "best" if selected
-                        else "last", "score": kept.get("validation/score"), "change": change, "low": low,
-                        "high": high, "beat_step0": beat, "verdict": words})
+            out.append({"arm": arm.name, "train_dir": d, "step": run.kept_step, "selected_by": run.selected_by,
+                        "score": kept.get("validation/score"), "change": change, "low": low, "high": high,
+                        "beat_step0": beat, "verdict": words})
     return out
+
+
+def put_forward(selection: dict[str, Any] | None, per_buyer: dict[str, dict[str, dict]],
+                comparisons: list[dict[str, Any]]) -> list[str]:
+    """For each RL arm the selection put forward (on validation): what the evaluation grid then says of it
+    against its base and the reference sellers, and its good-deal rate beside its base's."""
+    if not selection:
+        return []
+    lines = []
+    pooled = per_buyer.get(POOLED, {})
+    for base, s in selection.get("bases", {}).items():
+        arm = s.get("chosen")
+        if arm is None:
+            lines.append(f"{base}: no RL arm was put forward (none beat step 0 on validation); the RL arms below "
+                         "are reported as trained, not as the study's RL arm.")
+            continue
+        lines.append(f"{base}: the RL arm put forward on validation is {arm}.")
+        for c in comparisons:
+            if c["buyer"] == POOLED and c["a"] == arm and c["family"] in ("rl_vs_base", "vs_reference"):
+                lines.append(f"  {c['verdict']}")
+        good, base_good = (pooled.get(arm) or {}).get("good_deal_rate"), (pooled.get(base) or {}).get("good_deal_rate")
+        if good is not None and base_good is not None:
+            lines.append(f"  good deals {good:.3f} against the base's {base_good:.3f}"
+                         + (": not below the base's" if good >= base_good else ": below the base's"))
+    return lines
 
 
 def run_settings(records: list[Record], study: Any, study_path: str | None) -> dict[str, Any]:

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from haggler.evaluation.results import load_results
-from haggler.study.config import plan_arms
+from haggler.study.config import plan_arms, study_dir
+from haggler.study.selection import select_arms, selection_lines
 from haggler.study.report.assemble import (ARM_COLUMNS, sampling_notes, all_comparisons, arm_rows, arm_table, by_arm,
-                                           comparison_rows, per_buyer_figures, run_settings, validation_verdicts)
+                                           comparison_rows, per_buyer_figures, put_forward, run_settings,
+                                           validation_verdicts)
 from haggler.study.report.html import render_html
 from haggler.study.report.markdown import render_markdown
 from haggler.study.report.plots import make_plots
@@ -49,15 +51,30 @@ def build_report(results: list[str | Path], out_dir: str | Path, study: Any = No
     cmp_rows = comparison_rows(comparisons)
     _write_csv(out / "tables" / "comparisons.csv", list(cmp_rows[0]) if cmp_rows else ["verdict"], cmp_rows)
 
+    selection = study_selection(study, arms, n_boot)
     summary = {"arms": {n: a.to_json() for n, a in table.items()},
                "per_buyer": per_buyer, "comparisons": comparisons, "margin": margin,
                "settings": run_settings(records, study, study_path), "plots": plots, "buyers": buyers,
-               "validation": validation_verdicts(table), "security": security, "adversarial_buyers": sorted(security), "notes": sampling_notes(records),
+               "validation": validation_verdicts(table),
+               "selection": selection, "selection_lines": selection_lines(selection) if selection else [],
+               "put_forward": put_forward(selection, per_buyer, comparisons), "security": security, "adversarial_buyers": sorted(security), "notes": sampling_notes(records),
                "buyer_families": {b.spec: b.family for b in study.buyers} if study is not None else {}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     (out / "report.md").write_text(render_markdown(summary))
     (out / "report.html").write_text(render_html(summary, records, out))
     return summary
+
+
+def study_selection(study: Any, arms: list[Any] | None, n_boot: int) -> dict[str, Any] | None:
+    """The study's selection as written before its evaluation (``OUT/selection.json``); else decided now from
+    the arms' validation logs (a report of a study run before selection was recorded); None without RL arms."""
+    if study is not None:
+        written = study_dir(study) / "selection.json"
+        if written.is_file():
+            return json.loads(written.read_text())
+    if not arms or not any(a.kind == "rl" for a in arms):
+        return None
+    return select_arms(arms, n_boot)
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:

@@ -70,7 +70,8 @@ def page_context(summary: dict[str, Any], records: list[Record], out: Path) -> d
                "buyer": summary["buyers"] + summary.get("adversarial_buyers", []),
                "scenario": sorted({r.scenario_id for r in records})}
     return {"headline_header": HEADLINE, "headline_note": HEADLINE_NOTE,
-            "validation_verdicts": [v["verdict"] for v in summary.get("validation", [])], "headline": _cells(headline_rows(summary["per_buyer"])),
+            "validation_verdicts": [v["verdict"] for v in summary.get("validation", [])],
+            "selection_lines": summary.get("selection_lines", []), "put_forward": summary.get("put_forward", []), "headline": _cells(headline_rows(summary["per_buyer"])),
             "pooled_verdicts": [c["verdict"] for c in summary["comparisons"] if c["buyer"] == POOLED],
             "notes": summary.get("notes", []),
             "buyers": _buyer_sections(summary), "plots": _plots(summary, out), "filters": filters,

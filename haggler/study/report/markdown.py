@@ -26,6 +26,12 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines += ["## What the numbers show", ""]
         lines += [f"- {c['verdict']}" for c in pooled]
         lines.append("")
+    if summary.get("selection_lines"):
+        lines += ["## Which RL arm the study puts forward (decided on validation, before the evaluation grid)", ""]
+        lines += [f"- {x.strip()}" if not x.startswith("  ") else f"  - {x.strip()}" for x in summary["selection_lines"]]
+        lines += ["", "What the evaluation grid then says of it:", ""]
+        lines += [f"- {x.strip()}" if not x.startswith("  ") else f"  - {x.strip()}" for x in summary["put_forward"]]
+        lines.append("")
     if summary.get("validation"):
         lines += ["## How each RL arm's model was kept (validation, never the evaluation grid)", ""]
         lines += [f"- {v['verdict']}" for v in summary["validation"]]
@@ -40,7 +46,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
     seeds = {a: f for a, f in summary["per_buyer"].get(POOLED, {}).items() if "seed_sd" in f}
     if seeds:
         lines += ["## Training-seed spread", ""]
-        lines += [f"- {a}: per-seed means {f['seed_means']}, sd {f['seed_sd']:.3f}" for a, f in seeds.items()]
+        lines += [f"- {a}: per-seed means " + ", ".join(f"seed {k} {v:.3f}" for k, v in f["seed_means"].items())
+                  + f"; sd between seeds {f['seed_sd']:.3f}, against a 95% evaluation half-width of "
+                  f"{f['evaluation_halfwidth']:.3f} for one seed" for a, f in seeds.items()]
         lines.append("")
     behaviour = behaviour_rows(summary["per_buyer"], POOLED)
     if behaviour:
