@@ -45,8 +45,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for turns in args.turns:
             scen = Path(tmp) / f"s{turns}.jsonl"
-            write_scenarios(generate_scenarios(args.n, args.seed, max_turns=turns), scen)
-            ids = [s.id for s in generate_scenarios(args.n, args.seed, max_turns=turns)]
+            scenarios = generate_scenarios(args.n, args.seed, max_turns=turns)
+            write_scenarios(scenarios, scen)
+            ids = [s.id for s in scenarios]
             for label in args.buyers:
                 grid = Path(tmp) / f"g{turns}-{label}.jsonl"
                 write_grid(make_grid(ids, BUYER_SETS[label], ["seller", "buyer"], 1, 0), grid)

@@ -90,9 +90,10 @@ def _seed_spread(done: list[Record], seeds: dict[str, int | None], n_boot: int) 
     means = {str(k): sum(r.seller_score for r in v) / len(v) for k, v in per_seed.items()}
     vals = list(means.values())
     sd = math.sqrt(sum((v - sum(vals) / len(vals)) ** 2 for v in vals) / (len(vals) - 1))
-    half = {str(k): (lambda ci: (ci.high - ci.low) / 2)(cluster_bootstrap([r.seller_score for r in v],
-                                                                          [r.scenario_id for r in v], n_boot=n_boot))
-            for k, v in per_seed.items()}
+    half = {}
+    for k, v in per_seed.items():
+        ci = cluster_bootstrap([r.seller_score for r in v], [r.scenario_id for r in v], n_boot=n_boot)
+        half[str(k)] = (ci.high - ci.low) / 2
     return {"seed_means": means, "seed_sd": sd, "seed_ci_halfwidth": half,
             "evaluation_halfwidth": sum(half.values()) / len(half)}
 

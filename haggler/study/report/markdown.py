@@ -17,6 +17,11 @@ def _md_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def _bullets(lines: list[str]) -> list[str]:
+    """Lines as a list; a line indented by two spaces is nested under the one before."""
+    return [f"  - {x.strip()}" if x.startswith("  ") else f"- {x.strip()}" for x in lines]
+
+
 def render_markdown(summary: dict[str, Any]) -> str:
     lines = ["# haggler report", ""]
     lines += ["## Headline (pooled over evaluation buyers)", "",
@@ -28,9 +33,9 @@ def render_markdown(summary: dict[str, Any]) -> str:
         lines.append("")
     if summary.get("selection_lines"):
         lines += ["## Which RL arm the study puts forward (decided on validation, before the evaluation grid)", ""]
-        lines += [f"- {x.strip()}" if not x.startswith("  ") else f"  - {x.strip()}" for x in summary["selection_lines"]]
+        lines += _bullets(summary["selection_lines"])
         lines += ["", "What the evaluation grid then says of it:", ""]
-        lines += [f"- {x.strip()}" if not x.startswith("  ") else f"  - {x.strip()}" for x in summary["put_forward"]]
+        lines += _bullets(summary["put_forward"])
         lines.append("")
     if summary.get("validation"):
         lines += ["## How each RL arm's model was kept (validation, never the evaluation grid)", ""]
