@@ -117,3 +117,11 @@ def test_a_resumed_runs_repeated_evaluation_counts_once_its_latest(tmp_path):
     run = read_run(tmp_path / "a")
     assert [s["step"] for s in run.steps] == [0, 3]
     assert sum(d for d, _ in run.pairs) / len(run.pairs) > 0.04
+
+
+def test_a_damaged_validation_log_is_named_with_its_line(tmp_path):
+    write_run(tmp_path / "a", [0.05])
+    log = tmp_path / "a" / "validation.jsonl"
+    log.write_text(log.read_text() + '{"step": 6, "validation/sc\n')  # a run killed mid-write
+    with pytest.raises(ValueError, match=r"validation\.jsonl: line 3 is not JSON"):
+        read_run(tmp_path / "a")

@@ -49,7 +49,14 @@ def read_run(train_dir: str | Path, seed: int | None = None) -> RunValidation | 
     log = d / "validation.jsonl"
     if not log.is_file():
         return None
-    entries = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    entries = []
+    for number, line in enumerate(log.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(json.loads(line))
+        except json.JSONDecodeError as e:  # a run killed mid-write, or an edited file: say which, not only why
+            raise ValueError(f"{log}: line {number} is not JSON ({e.msg}); the run's validation log is damaged") from e
     if not entries:
         return None
     card = d / "final" / "haggler-model.json"
