@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from haggler.evaluation.stats import cluster_bootstrap
+from haggler.training.validation import ValidationLog
 
 RULE = ("an RL arm is eligible when its kept step's validation change from step 0, paired by negotiation and pooled "
         "over its training seeds, has a 95% interval above zero; of a base's eligible arms the largest change is "
@@ -46,17 +47,7 @@ class RunValidation:
 def read_run(train_dir: str | Path, seed: int | None = None) -> RunValidation | None:
     """A run's ``validation.jsonl`` and final model card; None without validation."""
     d = Path(train_dir)
-    log = d / "validation.jsonl"
-    if not log.is_file():
-        return None
-    entries = []
-    for number, line in enumerate(log.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError as e:  # a run killed mid-write, or an edited file: say which, not only why
-            raise ValueError(f"{log}: line {number} is not JSON ({e.msg}); the run's validation log is damaged") from e
+    entries = ValidationLog(d).entries()  # the training run's own reader of its log
     if not entries:
         return None
     card = d / "final" / "haggler-model.json"

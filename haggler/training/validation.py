@@ -148,7 +148,16 @@ class ValidationLog:
     def entries(self) -> list[dict[str, Any]]:
         if not self.path.is_file():
             return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        entries = []
+        for number, line in enumerate(self.path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError as e:  # a run killed mid-write, or an edited file: say which, not only why
+                raise ValueError(f"{self.path}: line {number} is not JSON ({e.msg}); the run's validation log is "
+                                 "damaged") from e
+        return entries
 
     def baseline(self) -> list[dict[str, Any]] | None:
         first = next((e for e in self.entries() if e["step"] == 0), None)
