@@ -184,7 +184,9 @@ def test_an_rl_arm_with_overrides_trains_with_them_in_a_folder_of_its_own(tmp_pa
 
 
 def test_shipped_study_configs_load():
-    for name in ("demo-study.yaml", "stability-study.yaml", "skill-study.yaml", "groups-study.yaml", "paper.yaml"):
+    shipped = ("demo-study.yaml", "stability-study.yaml", "skill-study.yaml", "groups-study.yaml",
+               "groups-study-fresh.yaml", "paper.yaml")
+    for name in shipped:
         cfg = load_study(ROOT / "configs" / name)
         arms, trainings = plan_arms(cfg)
         assert len(cfg.buyers) >= 2 and all(b.family for b in cfg.buyers)
