@@ -1,7 +1,8 @@
 """A study: seller arms, training, evaluation buyers, the grid and the margin, in one YAML file.
 
 Validated with pydantic before anything heavy loads; errors name the file and the key. Paths inside are
-relative to the study file's folder.
+relative to the study file's folder. A study may ``extends: OTHER.yaml`` and say only what it changes (see
+``read_study_data``), so that a series of studies keeps one copy of what they share.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from haggler.agents.registry import SpecError, check_spec
-from haggler.core.config import Strict, read_yaml, validate
+from haggler.core.config import ConfigError, Strict, read_yaml, validate
 from haggler.evaluation.settings import RunSettings
 from haggler.training.config import TrainConfig, load_config
 
@@ -119,7 +120,63 @@ class StudyConfig(Strict):
 
 def load_study(path: str | Path) -> StudyConfig:
     p = Path(path)
-    return _relative_to(validate(StudyConfig, read_yaml(p), str(path)), p.parent)
+    return _relative_to(validate(StudyConfig, read_study_data(p), str(path)), p.parent)
+
+
+# Keys whose values are paths, read relative to the folder of the file that gives them.
+_PATH_KEYS = (("training",), ("endpoints",), ("grid", "scenarios"))
+
+
+def read_study_data(path: Path, _chain: tuple[Path, ...] = ()) -> Any:
+    """A study file's mapping with what it ``extends`` laid under it: a mapping given in both files merges key by
+    key (``grid``, ``training_overrides``, ``evaluation``), anything else (a list of bases, a value) is the
+    extending file's. It must name its own ``name`` and ``output_dir``: sharing the other study's folder would
+    resume that study's training and results under different settings."""
+    data = read_yaml(path)
+    if not isinstance(data, dict) or "extends" not in data:
+        return data
+    data = dict(data)
+    parent = data.pop("extends")
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{path}: extends: the path of another study file, got {parent!r}")
+    missing = [k for k in ("name", "output_dir") if k not in data]
+    if missing:
+        raise ConfigError(f"{path}: a study that extends {parent} must give its own {' and '.join(missing)} "
+                          "(else it would resume the other study's runs under different settings)")
+    parent_path = Path(parent) if Path(parent).is_absolute() else path.parent / parent
+    chain = (*_chain, path.resolve())
+    if parent_path.resolve() in chain:
+        raise ConfigError(f"{path}: extends: {parent} leads back to {path} (a cycle)")
+    base = read_study_data(parent_path, chain)
+    if not isinstance(base, dict):
+        raise ConfigError(f"{parent_path}: the top level must be a mapping of keys to values")
+    if parent_path.parent.resolve() != path.parent.resolve():
+        base = _paths_from(base, parent_path.parent)
+    return _merge(base, data)
+
+
+def _paths_from(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``data`` with its relative paths read from ``folder`` (made absolute), for a file extended from elsewhere."""
+    out = dict(data)
+    for *sections, leaf in _PATH_KEYS:
+        node: Any = out
+        for k in sections:  # copied on the way down: the caller's mapping is not changed
+            if not isinstance(node.get(k), dict):
+                node = None
+                break
+            node[k] = dict(node[k])
+            node = node[k]
+        value = node.get(leaf) if node is not None else None
+        if isinstance(value, str) and not Path(value).is_absolute():
+            node[leaf] = str((folder / value).resolve())
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def _relative_to(cfg: StudyConfig, folder: Path) -> StudyConfig:
