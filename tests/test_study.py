@@ -17,7 +17,7 @@ pytest.importorskip("trl")
 from haggler.evaluation.results import read_records  # noqa: E402
 from haggler.study.config import plan_arms
 from haggler.study.run import run_study  # noqa: E402
-from haggler.study.config import load_study, read_study_data  # noqa: E402
+from haggler.study.config import load_study  # noqa: E402
 from haggler.engine.card import is_complete, read_card  # noqa: E402
 from haggler.core.config import ConfigError  # noqa: E402
 from tests.conftest import biased_tiny_model  # noqa: E402
@@ -181,17 +181,3 @@ def test_an_rl_arm_with_overrides_trains_with_them_in_a_folder_of_its_own(tmp_pa
     assert plain.grpo.bf16 is False and autocast.grpo.bf16 is True
     assert Path(autocast.output_dir).name == "tiny-bf16-s0" != Path(plain.output_dir).name
     assert plain.warm_start.output_dir == autocast.warm_start.output_dir  # one warm start for the base
-
-
-def test_shipped_study_configs_load():
-    # every study file shipped (a training config has no bases), so a new one is checked without being listed here
-    shipped = sorted(p.name for p in (ROOT / "configs").glob("*.yaml") if "bases" in read_study_data(p))
-    assert {"demo-study.yaml", "paper.yaml", "groups-study-fresh.yaml", "epochs-study.yaml"} <= set(shipped)
-    for name in shipped:
-        cfg = load_study(ROOT / "configs" / name)
-        arms, trainings = plan_arms(cfg)
-        assert len(cfg.buyers) >= 2 and all(b.family for b in cfg.buyers)
-    paper = load_study(ROOT / "configs" / "paper.yaml")
-    assert paper.grid.n * len(paper.buyers) * len(paper.grid.openers) * paper.grid.repeats == 1152
-    rates = sorted({rl.learning_rate for b in paper.bases for rl in b.rl})
-    assert rates == [1e-6, 3e-6, 1e-5]

@@ -5,7 +5,9 @@ from pathlib import Path
 import pytest
 
 from haggler.core.config import ConfigError
-from haggler.study.config import load_study
+from haggler.study.config import load_study, plan_arms, read_study_data
+
+ROOT = Path(__file__).resolve().parent.parent
 
 PARENT = """
 name: parent
@@ -70,7 +72,7 @@ def test_an_extending_study_must_name_its_own_folder(tmp_path):
 
 def test_extends_names_a_missing_file_and_a_cycle(tmp_path):
     missing = _write(tmp_path, "a.yaml", "extends: nowhere.yaml\nname: a\noutput_dir: runs/a\n")
-    with pytest.raises(ConfigError, match="nowhere.yaml: no such file"):
+    with pytest.raises(ConfigError, match=r"a.yaml: extends: .*nowhere.yaml: no such file"):
         load_study(missing)
     _write(tmp_path, "b.yaml", "extends: c.yaml\nname: b\noutput_dir: runs/b\n")
     _write(tmp_path, "c.yaml", "extends: b.yaml\nname: c\noutput_dir: runs/c\n")
@@ -83,3 +85,76 @@ def test_an_extended_file_elsewhere_without_a_grid_section_gets_none(tmp_path):
     _write(tmp_path / "base", "parent.yaml", PARENT.replace("grid: {n: 16, seed: 7, max_turns: 8, openers: [seller, buyer]}\n", ""))
     child = _write(tmp_path / "series", "child.yaml", "extends: ../base/parent.yaml\nname: c\noutput_dir: runs/c\n")
     assert load_study(child).grid.n == 24  # the default grid, not a grid section made up on the way
+
+
+def test_an_extending_study_cannot_take_the_other_studys_folder(tmp_path):
+    _write(tmp_path, "parent.yaml", PARENT)
+    child = _write(tmp_path, "child.yaml", "extends: parent.yaml\nname: child\noutput_dir: runs/parent\n")
+    with pytest.raises(ConfigError, match="child.yaml: output_dir: 'runs/parent' is also .*parent.yaml's"):
+        load_study(child)
+
+
+def test_a_bad_key_in_an_extended_file_names_the_files_it_may_come_from(tmp_path):
+    _write(tmp_path, "train.yaml", "model: default\n")
+    _write(tmp_path, "parent.yaml", PARENT + "margn: 1\n")
+    child = _write(tmp_path, "child.yaml", "extends: parent.yaml\nname: child\noutput_dir: runs/child\n")
+    with pytest.raises(ConfigError, match=r"child.yaml \(extends .*parent.yaml\).*margn: unknown key"):
+        load_study(child)
+
+
+def test_the_extending_files_training_overrides_are_applied_last(tmp_path):
+    _write(tmp_path, "train.yaml", "model: default\noutput_dir: x\nwarm_start: {}\n")
+    _write(tmp_path, "parent.yaml", PARENT.replace("training_overrides: {", "training_overrides: {validation: {n: 5, seed: 9}, "))
+    child = _write(tmp_path, "child.yaml", """
+extends: parent.yaml
+name: child
+output_dir: runs/child
+training_overrides: {validation.n: 10, validation: {n: 7, seed: 9}}
+""")
+    assert list(load_study(child).training_overrides)[-2:] == ["validation.n", "validation"]
+    child.write_text(child.read_text().replace(", validation: {n: 7, seed: 9}", ""))
+    cfg = load_study(child)
+    # the parent's section is set first, the child's dotted key after it: the child's 10 stands
+    assert list(cfg.training_overrides)[-1] == "validation.n"
+    _, trainings = plan_arms(cfg)
+    assert {t.validation.n for t in trainings.values()} == {10}
+
+
+def test_an_extended_files_grid_scenarios_and_endpoints_are_read_from_its_folder(tmp_path):
+    _write(tmp_path / "base", "train.yaml", "model: default\n")
+    _write(tmp_path / "base", "grid.jsonl", "")
+    _write(tmp_path / "base", "endpoints.yaml", "{}\n")
+    _write(tmp_path / "base", "parent.yaml", PARENT.replace("grid: {n: 16,", "endpoints: endpoints.yaml\ngrid: {scenarios: grid.jsonl, n: 16,"))
+    child = _write(tmp_path / "series", "child.yaml", "extends: ../base/parent.yaml\nname: c\noutput_dir: runs/c\n")
+    cfg = load_study(child)
+    assert Path(cfg.grid.scenarios).resolve() == (tmp_path / "base" / "grid.jsonl").resolve()
+    assert Path(cfg.endpoints).resolve() == (tmp_path / "base" / "endpoints.yaml").resolve()
+
+
+def test_shipped_study_configs_load():
+    # every study file shipped (a training config has no bases), so a new one is checked without being listed here
+    shipped = sorted(p.name for p in (ROOT / "configs").glob("*.yaml") if "bases" in read_study_data(p))
+    assert {"demo-study.yaml", "paper.yaml", "groups-study-fresh.yaml", "epochs-study.yaml"} <= set(shipped)
+    for name in shipped:
+        cfg = load_study(ROOT / "configs" / name)
+        plan_arms(cfg)
+        assert len(cfg.buyers) >= 2 and all(b.family for b in cfg.buyers)
+    paper = load_study(ROOT / "configs" / "paper.yaml")
+    assert paper.grid.n * len(paper.buyers) * len(paper.grid.openers) * paper.grid.repeats == 1152
+    rates = sorted({rl.learning_rate for b in paper.bases for rl in b.rl})
+    assert rates == [1e-6, 3e-6, 1e-5]
+
+
+def test_the_shipped_series_of_studies_resolves_to_what_was_run():
+    """skill-study < groups-study < groups-study-fresh < epochs-study: an edit to one file changes the ones that
+    extend it, and each of these was run as resolved here (README); this pins what each ran."""
+    def resolved(name):
+        cfg = load_study(ROOT / "configs" / name)
+        _, trainings = plan_arms(cfg)
+        t = next(iter(trainings.values()))
+        return (cfg.grid.n, cfg.grid.seed, t.validation.n, t.grpo.num_generations, t.grpo.gradient_accumulation_steps,
+                t.grpo.max_steps, t.warm_start.scenarios, t.warm_start.epochs, sorted(len(b.rl) for b in cfg.bases))
+    assert resolved("skill-study.yaml") == (16, 7, 5, 4, 8, 12, 8, 1.0, [1])
+    assert resolved("groups-study.yaml") == (16, 7, 5, 8, 16, 12, 8, 1.0, [2])
+    assert resolved("groups-study-fresh.yaml") == (32, 11, 10, 8, 16, 12, 8, 1.0, [2])
+    assert resolved("epochs-study.yaml") == (40, 13, 10, 8, 16, 12, 8, 2.0, [1])

@@ -120,21 +120,29 @@ class StudyConfig(Strict):
 
 def load_study(path: str | Path) -> StudyConfig:
     p = Path(path)
-    return _relative_to(validate(StudyConfig, read_study_data(p), str(path)), p.parent)
+    data, chain = _read_chain(p)
+    # an error in a setting names every file it may come from, the extending one first
+    where = str(path) + (f" (extends {' < '.join(str(c) for c in chain[1:])})" if len(chain) > 1 else "")
+    return _relative_to(validate(StudyConfig, data, where), p.parent)
 
 
 # Keys whose values are paths, read relative to the folder of the file that gives them.
 _PATH_KEYS = (("training",), ("endpoints",), ("grid", "scenarios"))
 
 
-def read_study_data(path: Path, _chain: tuple[Path, ...] = ()) -> Any:
+def read_study_data(path: Path) -> Any:
     """A study file's mapping with what it ``extends`` laid under it: a mapping given in both files merges key by
-    key (``grid``, ``training_overrides``, ``evaluation``), anything else (a list of bases, a value) is the
-    extending file's. It must name its own ``name`` and ``output_dir``: sharing the other study's folder would
-    resume that study's training and results under different settings."""
+    key (``grid``, ``training_overrides``, ``evaluation``; the extending file's keys are applied last), anything
+    else (a list of bases, a value) is the extending file's; nothing inherited can be removed, only replaced. It
+    must name its own ``name`` and ``output_dir``, and not the other study's: sharing that study's folder would
+    resume its training and results under different settings."""
+    return _read_chain(path)[0]
+
+
+def _read_chain(path: Path, _seen: tuple[Path, ...] = ()) -> tuple[Any, list[Path]]:
     data = read_yaml(path)
     if not isinstance(data, dict) or "extends" not in data:
-        return data
+        return data, [path]
     data = dict(data)
     parent = data.pop("extends")
     if not isinstance(parent, str) or not parent:
@@ -144,19 +152,27 @@ def read_study_data(path: Path, _chain: tuple[Path, ...] = ()) -> Any:
         raise ConfigError(f"{path}: a study that extends {parent} must give its own {' and '.join(missing)} "
                           "(else it would resume the other study's runs under different settings)")
     parent_path = Path(parent) if Path(parent).is_absolute() else path.parent / parent
-    chain = (*_chain, path.resolve())
-    if parent_path.resolve() in chain:
+    seen = (*_seen, path.resolve())
+    if parent_path.resolve() in seen:
         raise ConfigError(f"{path}: extends: {parent} leads back to {path} (a cycle)")
-    base = read_study_data(parent_path, chain)
+    try:
+        base, chain = _read_chain(parent_path, seen)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: extends: {err}") from None
     if not isinstance(base, dict):
-        raise ConfigError(f"{parent_path}: the top level must be a mapping of keys to values")
+        raise ConfigError(f"{path}: extends: {parent_path}: the top level must be a mapping of keys to values")
+    for key in ("name", "output_dir"):
+        if key in base and str(base[key]) == str(data[key]):
+            raise ConfigError(f"{path}: {key}: {data[key]!r} is also {parent_path}'s; a study that extends another "
+                              "needs a name and folder of its own")
     if parent_path.parent.resolve() != path.parent.resolve():
         base = _paths_from(base, parent_path.parent)
-    return _merge(base, data)
+    return _merge(base, data), [path, *chain]
 
 
 def _paths_from(data: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """``data`` with its relative paths read from ``folder`` (made absolute), for a file extended from elsewhere."""
+    """``data`` with its relative paths read from ``folder``, for a file extended from another folder: as
+    ``_relative_to`` reads the top file's (made absolute here, since the top file's folder is another)."""
     out = dict(data)
     for *sections, leaf in _PATH_KEYS:
         node: Any = out
@@ -168,14 +184,18 @@ def _paths_from(data: dict[str, Any], folder: Path) -> dict[str, Any]:
             node = node[k]
         value = node.get(leaf) if node is not None else None
         if isinstance(value, str) and not Path(value).is_absolute():
-            node[leaf] = str((folder / value).resolve())
+            candidate = folder / value
+            if candidate.exists() or not Path(value).exists():
+                node[leaf] = str(candidate.resolve())
     return out
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
+    # the extending file's keys come last: dotted training overrides are applied in order, so a child's
+    # "validation.n" must not be applied before a parent's "validation" section that would then replace it
+    out = {k: v for k, v in base.items() if k not in over}
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return out
 
 
