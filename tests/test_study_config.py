@@ -1,4 +1,4 @@
-"""Study files: one study extends another and says only what it changes."""
+"""Study files: one study extends another and says only what it changes; what a study sets in its arms' training."""
 
 from pathlib import Path
 
@@ -146,15 +146,35 @@ def test_shipped_study_configs_load():
 
 
 def test_the_shipped_series_of_studies_resolves_to_what_was_run():
-    """skill-study < groups-study < groups-study-fresh < epochs-study: an edit to one file changes the ones that
-    extend it, and each of these was run as resolved here (README); this pins what each ran."""
+    """skill-study < groups-study < groups-study-fresh < epochs-study < temperature-study: an edit to one file
+    changes the ones that extend it, and each of these was run as resolved here (README); this pins what each ran.
+    The last two figures are the grid's and validation's temperatures: every study before temperature-study
+    validated at its rollouts' 1.0, which is what a study's default (the evaluation's temperature) gives them."""
     def resolved(name):
         cfg = load_study(ROOT / "configs" / name)
         _, trainings = plan_arms(cfg)
         t = next(iter(trainings.values()))
         return (cfg.grid.n, cfg.grid.seed, t.validation.n, t.grpo.num_generations, t.grpo.gradient_accumulation_steps,
-                t.grpo.max_steps, t.warm_start.scenarios, t.warm_start.epochs, sorted(len(b.rl) for b in cfg.bases))
-    assert resolved("skill-study.yaml") == (16, 7, 5, 4, 8, 12, 8, 1.0, [1])
-    assert resolved("groups-study.yaml") == (16, 7, 5, 8, 16, 12, 8, 1.0, [2])
-    assert resolved("groups-study-fresh.yaml") == (32, 11, 10, 8, 16, 12, 8, 1.0, [2])
-    assert resolved("epochs-study.yaml") == (40, 13, 10, 8, 16, 12, 8, 2.0, [1])
+                t.grpo.max_steps, t.warm_start.scenarios, t.warm_start.epochs, sorted(len(b.rl) for b in cfg.bases),
+                cfg.evaluation.temperature, t.validation.temperature)
+    assert resolved("skill-study.yaml") == (16, 7, 5, 4, 8, 12, 8, 1.0, [1], 1.0, 1.0)
+    assert resolved("groups-study.yaml") == (16, 7, 5, 8, 16, 12, 8, 1.0, [2], 1.0, 1.0)
+    assert resolved("groups-study-fresh.yaml") == (32, 11, 10, 8, 16, 12, 8, 1.0, [2], 1.0, 1.0)
+    assert resolved("epochs-study.yaml") == (40, 13, 10, 8, 16, 12, 8, 2.0, [1], 1.0, 1.0)
+    assert resolved("temperature-study.yaml") == (40, 17, 10, 8, 16, 12, 8, 2.0, [1], 0.3, 0.3)
+
+
+def test_validation_plays_at_the_evaluation_temperature_unless_the_training_file_sets_one(tmp_path):
+    """The checkpoint is chosen playing as the grid is played: each arm's validation.temperature is the study's
+    evaluation.temperature; one the training file (or the study's overrides) gives is kept; no validation, none."""
+    _write(tmp_path, "train.yaml", "model: default\nvalidation: {n: 2}\ngrpo: {temperature: 1.0}\n")
+    study = PARENT.replace("margin: 0.05", "margin: 0.05\nevaluation: {temperature: 0.3}").replace(
+        "warm_start: true", "warm_start: false")
+    _, trainings = plan_arms(load_study(_write(tmp_path, "study.yaml", study)))
+    assert [(t.validation.temperature, t.grpo.temperature) for t in trainings.values()] == [(0.3, 1.0)] * 2
+    kept = study.replace("validation.n: 5", "validation.n: 5, validation.temperature: 0.7")
+    _, trainings = plan_arms(load_study(_write(tmp_path, "kept.yaml", kept)))
+    assert {t.validation.temperature for t in trainings.values()} == {0.7}
+    _write(tmp_path, "train.yaml", "model: default\n")
+    _, trainings = plan_arms(load_study(_write(tmp_path, "none.yaml", study.replace("validation.n: 5, ", ""))))
+    assert {t.validation for t in trainings.values()} == {None}

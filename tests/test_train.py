@@ -323,6 +323,25 @@ def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp
         assert e["validation/loss_accepted"] == pytest.approx(sum(losses) / len(losses)) and offers
 
 
+def test_validation_plays_at_its_own_temperature_else_the_rollouts(tmp_path, tokenizer):
+    """validation.temperature (here 0: greedy) is what every validation plays at, not the rollouts' 1.0; unset,
+    validation samples as the rollouts do."""
+    from haggler.training.callbacks import ValidationCallback
+
+    cfg = config(tmp_path, grpo={"max_steps": 1, "temperature": 1.0},
+                 validation={"n": 1, "seed": 3001, "eval_steps": 1, "temperature": 0.0, "bootstrap": 200})
+    trainer = build_trainer(cfg, biased_tiny_model(tokenizer), tokenizer)
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ValidationCallback))
+    played, play = [], callback.validator.play
+    callback.validator.play = lambda model, temperature, *a: played.append(temperature) or play(model, temperature, *a)
+    trainer.train()
+    assert played == [0.0, 0.0]  # steps 0 and 1
+    assert trainer.args.temperature == 1.0
+    unset = cfg.model_copy(update={"validation": cfg.validation.model_copy(update={"temperature": None})})
+    callback.validator.cfg = unset
+    assert callback.temperature(trainer) == 1.0
+
+
 def test_validation_summary_states_the_sellers_behaviour():
     """Known rows: the means of each behaviour figure over the negotiations that have it (booleans as rates)."""
     from haggler.training.validation import summarize

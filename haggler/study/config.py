@@ -263,6 +263,10 @@ def arm_training_config(cfg: StudyConfig, base_name: str, model: str, rl: Any, s
     if cfg.endpoints:
         overrides["endpoints"] = cfg.endpoints
     tc = load_config(cfg.training, overrides)
+    if tc.validation is not None and tc.validation.temperature is None:
+        # the checkpoint is chosen playing as the evaluation grid is played (a temperature set in training stays)
+        tc = tc.model_copy(update={"validation": tc.validation.model_copy(
+            update={"temperature": cfg.evaluation.temperature})})
     if tc.warm_start is not None:  # one warm start per base, shared by every RL arm trained from it
         ws = tc.warm_start.model_copy(update={"output_dir": str(root / base_name / "warm-start")})
         tc = tc.model_copy(update={"warm_start": ws})

@@ -51,7 +51,7 @@ class ValidationCallback(TrainerCallback):
             model = self.policy(trainer)
             # With several processes each plays its share of the held-out set and every rank gets all the rows, in
             # the set's order: the same summary everywhere (the same best step), written once, by the main process
-            rows = self.validator.play(model, trainer.args.temperature, accelerator.process_index,
+            rows = self.validator.play(model, self.temperature(trainer), accelerator.process_index,
                                        accelerator.num_processes)
             if self.baseline is None:
                 self.baseline = rows
@@ -65,6 +65,11 @@ class ValidationCallback(TrainerCallback):
             weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
             self.best = (summary["validation/score"], step, {k: v.detach().cpu().clone() for k, v in weights.items()})
         return summary
+
+    def temperature(self, trainer: Any) -> float:
+        """validation.temperature, else the rollouts' sampling temperature."""
+        chosen = self.validator.cfg.validation.temperature
+        return trainer.args.temperature if chosen is None else chosen
 
     def restore_best(self) -> dict[str, Any] | None:
         """With ``select: best``, put the best step's weights back; what the model card records of it."""

@@ -39,6 +39,9 @@ class ValidationConfig(Strict):
     openers: list[Literal["seller", "buyer"]] = ["seller", "buyer"]
     eval_steps: int = Field(4, ge=1)
     select: Literal["last", "best"] = "last"  # best: the final model is the step with the best validation score
+    # the seller's sampling temperature in validation (0: greedy); default: the rollouts' (grpo.temperature). A study
+    # sets it to its evaluation's, so that the checkpoint is chosen playing as the grid will be played
+    temperature: float | None = Field(None, ge=0)
     bootstrap: int = Field(2000, ge=200)  # resamples for the paired, scenario-clustered interval
     # negotiations played at once (a sliding window): each running one holds its key-value cache, so this bounds
     # validation's memory; 96 demo negotiations took 143 s 32 at a time and 159 s all at once
