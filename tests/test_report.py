@@ -108,17 +108,23 @@ def test_the_report_says_when_comparisons_share_the_buyers_random_streams():
     from haggler.evaluation.settings import RunSettings
     from haggler.study.report.assemble import sampling_notes
 
-    def record(seed, backend="scripted"):
-        return Record(cell_id="c", scenario_id="s", seller="x", buyer="b", opener="seller", seed=1, deal=None,
+    def record(seed, backend="scripted", temperature=1.0, seller="x"):
+        return Record(cell_id="c", scenario_id="s", seller=seller, buyer="b", opener="seller", seed=1, deal=None,
                       agreement=None, ended_by="deadline", walked_away_by=None, turns=2, seller_utility=None,
                       buyer_utility=None, seller_score=0.5, seller_advantage=None, pareto_optimal=None,
                       nash_distance=None, individually_irrational=None, invalid_actions={}, transcript=[],
-                      error=None, settings=RunSettings(sample_seed=seed).to_json(), agents={"buyer": {"backend": backend}})
+                      error=None, settings=RunSettings(sample_seed=seed, temperature=temperature).to_json(),
+                      agents={"buyer": {"backend": backend}})
 
-    (note,) = sampling_notes([record(0), record(0)])
+    note, temperature = sampling_notes([record(0), record(0)])
     assert "common random numbers" in note
     assert "Only 1 of 2 cells" in sampling_notes([record(0), record(None)])[0]
     assert any("not guaranteed reproducible" in n for n in sampling_notes([record(0, "openai")]))
+    # the grid's sampling temperature is stated with the figures; arms played at different ones are named
+    assert "temperature 1 in every cell" in temperature
+    assert "temperature 0.3 in every cell" in sampling_notes([record(0, temperature=0.3)])[1]
+    mixed = sampling_notes([record(0, temperature=0.3, seller="rl"), record(0, seller="base")])[1]
+    assert "0.3 for rl; 1 for base" in mixed
 
 
 def test_the_no_deal_arm_scores_every_cell_at_the_reservation_and_arms_report_surplus_good_deals_and_losses(tmp_path):

@@ -8,7 +8,7 @@ from haggler.study.config import Arm, RLArm
 from haggler.study.selection import read_run, select_arms, selection_lines
 
 
-def write_run(d, changes, kept=None, scenarios=4, cases_per_scenario=5, base=0.4):
+def write_run(d, changes, kept=None, scenarios=4, cases_per_scenario=5, base=0.4, temperature=None):
     """A training run's validation.jsonl: step 0 then one entry per step of ``changes`` (each negotiation's
     score = step 0's + the change + a case-dependent wobble), and a final card naming ``kept`` if given."""
     d.mkdir(parents=True)
@@ -23,6 +23,8 @@ def write_run(d, changes, kept=None, scenarios=4, cases_per_scenario=5, base=0.4
         entries.append({"step": 3 * i, "validation/score": base + delta, "validation/score_change": delta,
                         "validation/score_change_low": delta - 0.01, "validation/score_change_high": delta + 0.01,
                         "rows": rows(delta)})
+    if temperature is not None:
+        entries = [{**e, "validation/temperature": temperature} for e in entries]
     (d / "validation.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     if kept is not None:
         (d / "final").mkdir()
@@ -56,6 +58,13 @@ def test_no_arm_is_put_forward_when_none_beat_step_zero(tmp_path):
     assert sel["bases"]["base"]["chosen"] is None
     assert [t["why"] for t in sel["bases"]["base"]["tried"]] == ["did not beat step 0"] * 2
     assert any("no RL arm put forward" in line for line in selection_lines(sel))
+    assert not any("temperature" in line for line in selection_lines(sel))  # logs from before it was recorded
+
+
+def test_the_selection_says_at_which_temperature_validation_played(tmp_path):
+    write_run(tmp_path / "a", [0.03, 0.04], temperature=0.3)
+    lines = selection_lines(select_arms([rl_arm("lo", 1e-4, 0, tmp_path / "a")], n_boot=200))
+    assert any("lo (lr 0.0001; seed 0 step 6): validation at temperature 0.3 change +0.04" in line for line in lines)
 
 
 def test_a_tie_goes_to_the_lower_learning_rate(tmp_path):

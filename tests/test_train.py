@@ -327,6 +327,7 @@ def test_validation_plays_at_its_own_temperature_else_the_rollouts(tmp_path, tok
     """validation.temperature (here 0: greedy) is what every validation plays at, not the rollouts' 1.0; unset,
     validation samples as the rollouts do."""
     from haggler.training.callbacks import ValidationCallback
+    from haggler.training.validation import ValidationLog
 
     cfg = config(tmp_path, grpo={"max_steps": 1, "temperature": 1.0},
                  validation={"n": 1, "seed": 3001, "eval_steps": 1, "temperature": 0.0, "bootstrap": 200})
@@ -337,6 +338,8 @@ def test_validation_plays_at_its_own_temperature_else_the_rollouts(tmp_path, tok
     trainer.train()
     assert played == [0.0, 0.0]  # steps 0 and 1
     assert trainer.args.temperature == 1.0
+    # and the log says so beside the figures
+    assert [e["validation/temperature"] for e in ValidationLog(cfg.output_dir).entries()] == [0.0, 0.0]
     unset = cfg.model_copy(update={"validation": cfg.validation.model_copy(update={"temperature": None})})
     callback.validator.cfg = unset
     assert callback.temperature(trainer) == 1.0

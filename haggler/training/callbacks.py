@@ -51,11 +51,12 @@ class ValidationCallback(TrainerCallback):
             model = self.policy(trainer)
             # With several processes each plays its share of the held-out set and every rank gets all the rows, in
             # the set's order: the same summary everywhere (the same best step), written once, by the main process
-            rows = self.validator.play(model, self.temperature(trainer), accelerator.process_index,
-                                       accelerator.num_processes)
+            temperature = self.temperature(trainer)
+            rows = self.validator.play(model, temperature, accelerator.process_index, accelerator.num_processes)
             if self.baseline is None:
                 self.baseline = rows
-            summary = summarize(rows, self.baseline, self.n_boot)
+            # the temperature is logged with the figures: the same seller scores differently at another one
+            summary = {**summarize(rows, self.baseline, self.n_boot), "validation/temperature": float(temperature)}
             if accelerator.is_main_process:
                 self.log.add(step, summary, rows)
             # Logged while the model is in eval mode: GRPOTrainer.log then merges only its (empty) eval

@@ -344,6 +344,20 @@ def sampling_notes(records: list[Record]) -> list[str]:
     elif any(x is not None for x in rules):
         notes.append(f"Only {len(seeded)} of {len(records)} cells were played with seeded sampling: paired "
                      "comparisons share cells, not the buyers' random streams.")
+    # the temperature moves every language-model arm's figures (a 135M seller at 1.0 took losses its own policy
+    # at 0.3 refused), so the report states it beside the numbers, not only in the settings dump
+    temperatures: dict[float, set[str]] = {}
+    for r in records:
+        t = (r.settings or {}).get("temperature")
+        if t is not None:
+            temperatures.setdefault(float(t), set()).add(r.seller)
+    if len(temperatures) == 1:
+        notes.append(f"Language-model agents sampled at temperature {next(iter(temperatures)):g} in every cell "
+                     "(scripted agents do not sample).")
+    elif temperatures:
+        notes.append("Language-model agents sampled at different temperatures: "
+                     + "; ".join(f"{t:g} for {', '.join(sorted(sellers))}" for t, sellers in sorted(temperatures.items()))
+                     + ", so their arms' differences include the temperature's.")
     api = any(a.get("backend") == "openai" for r in records for a in (r.agents or {}).values()
               if isinstance(a, dict))
     if api:
