@@ -110,8 +110,8 @@ def selection_lines(selection: dict[str, Any]) -> list[str]:
         for t in s["tried"]:
             if "change" in t:
                 kept = ", ".join(f"seed {r['seed']} step {r['kept_step']}" for r in t["runs"])
-                temps = sorted({s["validation/temperature"] for r in t["runs"] for s in r["steps"]
-                                if s.get("validation/temperature") is not None})
+                temps = sorted({e["validation/temperature"] for r in t["runs"] for e in r["steps"]
+                                if e.get("validation/temperature") is not None})
                 played = f" at temperature {', '.join(f'{x:g}' for x in temps)}" if temps else ""
                 lines.append(f"  {t['arm']} (lr {t['learning_rate']:g}; {kept}): validation{played} change "
                              f"{t['change']:+.3f} (95% CI {t['low']:+.3f} to {t['high']:+.3f}) over "
