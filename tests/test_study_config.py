@@ -147,7 +147,7 @@ def test_shipped_study_configs_load():
 
 def test_the_shipped_series_of_studies_resolves_to_what_was_run():
     """skill-study < groups-study < groups-study-fresh < epochs-study < temperature-study, and groups-study-fresh <
-    repair-study < matched-study: an edit to one file changes the ones that extend it, and each of these was run as resolved here
+    repair-study < matched-study < outcome-study: an edit to one file changes the ones that extend it, and each of these was run as resolved here
     (README); this pins what each ran.
     The last two figures are the grid's and validation's temperatures: every study before temperature-study
     validated at its rollouts' 1.0, which is what a study's default (the evaluation's temperature) gives them."""
@@ -165,10 +165,12 @@ def test_the_shipped_series_of_studies_resolves_to_what_was_run():
     assert resolved("temperature-study.yaml") == (40, 17, 10, 8, 16, 12, 8, 2.0, [1], 0.3, 0.3)
     assert resolved("repair-study.yaml") == (40, 19, 10, 8, 16, 12, 8, 1.0, [1], 0.3, 0.3)
     assert resolved("matched-study.yaml") == (40, 19, 10, 8, 16, 12, 8, 1.0, [1], 0.3, 0.3)
-    # what matched-study changes: the rollouts' temperature, which the tuple above does not hold
-    rollouts = {n: next(iter(plan_arms(load_study(ROOT / "configs" / n))[1].values())).grpo.temperature
-                for n in ("repair-study.yaml", "matched-study.yaml")}
-    assert rollouts == {"repair-study.yaml": 1.0, "matched-study.yaml": 0.5}
+    assert resolved("outcome-study.yaml") == (40, 23, 10, 8, 16, 12, 8, 1.0, [1], 0.3, 0.3)
+    # what matched-study changes: the rollouts' temperature; outcome-study: the reward. The tuple above holds neither
+    names = ("repair-study.yaml", "matched-study.yaml", "outcome-study.yaml")
+    arms = {n: next(iter(plan_arms(load_study(ROOT / "configs" / n))[1].values())) for n in names}
+    assert {n: (t.grpo.temperature, t.reward) for n, t in arms.items()} == {
+        "repair-study.yaml": (1.0, "score"), "matched-study.yaml": (0.5, "score"), "outcome-study.yaml": (0.5, "outcome")}
 
 
 def test_validation_plays_at_the_evaluation_temperature_unless_the_training_file_sets_one(tmp_path):

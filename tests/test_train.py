@@ -113,6 +113,8 @@ def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_t
         assert h["negotiation/seller_turns"] == pytest.approx(sum(out["seller_turns"]) / 8)
         assert h["negotiation/invalid_action_rate"] == pytest.approx(sum(out["invalid_share"]) / 8)
         assert h["negotiation/error_rate"] == 0 and h["rollout/seconds"] > 0 and h["rollout/sampled_tokens_per_s"] > 0
+        split = [len(set(out["deal"][i:i + 4])) > 1 for i in range(0, 8, 4)]  # groups: 4 consecutive copies
+        assert h["negotiation/groups_split_on_deal"] == pytest.approx(sum(split) / 2)
     assert "tokens_per_s" not in logged[0] and logged[1]["tokens_per_s"] > 0  # measured from the second step on
 
     # the loss mask is exactly the seller's sampled tokens (TRL shuffles rows: match them by their tokens)
@@ -168,6 +170,17 @@ def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):
     assert record["agents"]["seller"]["max_tokens"]["message"] == 0
 
 
+def test_a_group_is_split_on_deal_when_some_copies_dealt_and_some_did_not():
+    from haggler.training.grpo import split_on_deal
+
+    # rows of two ranks, a group's copies spread over both: "a" split, "b" all dealt, "c" none, "d" split
+    rows = [("a", True), ("b", True), ("c", False), ("d", False), ("a", False), ("b", True), ("c", False),
+            ("d", True)]
+    assert split_on_deal(rows) == pytest.approx(0.5)
+    assert split_on_deal([("a", True), ("a", True)]) == 0.0
+    assert split_on_deal([]) == 0.0
+
+
 def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):
     from haggler.engine.backends.hf import HFModel
     from haggler.training.grpo import _fill_errored_with_group_mean
@@ -189,6 +202,7 @@ def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, to
     out = rollout.play(model, [key] * 4, 1.0)
     assert out["errored"] == [True] * 4
     assert all(sum(m) == 0 for m in out["env_mask"]) and out["seller_score"] == [0.0] * 4
+    assert out["outcome"] == [0.0] * 4  # errored: the group mean, or 0 where the whole group errored
     assert all(len(c) == len(m) == len(lp) for c, m, lp in zip(out["completion_ids"], out["env_mask"], out["logprobs"]))
 
 
@@ -526,3 +540,21 @@ def test_a_pool_buyer_at_a_named_endpoint_plays_in_rollouts_validation_and_the_w
         assert warm_start_rows(cfg, tokenizer)
         answered.append(server.answered)
         assert answered[0] < answered[1] < answered[2] < answered[3]  # the server answered in each of the three
+
+
+def test_reward_outcome_pays_the_deals_sign_against_no_deal_and_logs_the_score_beside_it(tmp_path, tokenizer):
+    from haggler.training.grpo import sign_against_no_deal
+
+    cfg = config(tmp_path, reward="outcome", grpo={"max_steps": 1})
+    trainer, rollout, seen = trainer_for(cfg, tokenizer, biased_tiny_model(tokenizer))
+    trainer.train()
+    (call,), (rewards,) = rollout.calls, seen["rewards"]
+    figures = [score(g.negotiation, cfg.no_deal) for g in call["games"]]
+    # TRL received +1 for a deal worth more than no deal, -1 for one worth less, 0 for none: not the score
+    assert rewards == [(f.seller_surplus > 0) - (f.seller_surplus < 0) if f.deal else 0 for f in figures]
+    assert rewards != [f.seller_score for f in figures]
+    (h,) = [h for h in trainer.state.log_history if "reward" in h]
+    assert "rewards/outcome/mean" in h and "rewards/seller_score/mean" not in h
+    # the score is still logged, from the same rollout
+    assert h["negotiation/seller_score"] == pytest.approx(sum(f.seller_score for f in figures) / len(figures))
+    assert [sign_against_no_deal(x) for x in (0.2, -1e-9, 0.0)] == [1.0, -1.0, 0.0]

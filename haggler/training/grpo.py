@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from haggler.agents.llm import HFAgent
 from haggler.agents.registry import AgentContext, make_agent, sample_seed
@@ -89,6 +89,8 @@ class NegotiationRollout:
         self._last_call: float | None = None
         self._last_tokens = 0
         self.last_errors: list[str | None] = []  # the last rollout's negotiations' errors (None: no error)
+        self.scored: list[float] = []  # the last rollout's unerrored seller scores, over every rank
+        self.split = 0.0  # the last rollout's share of groups split on deal (split_on_deal), over every rank
 
     # ---- the policy as a rollout backend ----
 
@@ -178,7 +180,8 @@ class NegotiationRollout:
 
     def _collect(self, prompts: list[str], games: list[Game], processes: int = 1) -> dict[str, list]:
         out: dict[str, list] = {k: [] for k in ("prompt_ids", "completion_ids", "env_mask", "logprobs",
-                                                "seller_score", "invalid_share", "deal", "seller_turns", "errored")}
+                                                "seller_score", "outcome", "invalid_share", "deal", "seller_turns",
+                                                "errored")}
         for g in games:
             neg = g.negotiation
             tr = g.agents["seller"].final_trajectory(neg)
@@ -190,16 +193,20 @@ class NegotiationRollout:
             out["env_mask"].append([0] * len(tr.env_mask) if errored else list(tr.env_mask))
             out["logprobs"].append(list(tr.logprobs))
             out["seller_score"].append(figures.seller_score)
+            out["outcome"].append(None if figures.deal is None else sign_against_no_deal(figures.seller_surplus or 0.0))
             out["invalid_share"].append(sum(isinstance(a, Invalid) for a in turns) / len(turns) if turns else 0.0)
             out["deal"].append(bool(figures.deal))
             out["seller_turns"].append(len(turns))
             out["errored"].append(errored)
-        pool = None
+        rows = list(zip(prompts, out["seller_score"], out["outcome"], out["deal"], out["errored"]))
         if processes > 1:  # a group can span ranks: its mean is over every rank's copies (TRL's baseline is)
             from accelerate.utils import gather_object  # lazy: accelerate is loaded with the trainer by now
 
-            pool = gather_object(list(zip(prompts, out["seller_score"])))
-        _fill_errored_with_group_mean(prompts, out["seller_score"], pool)
+            rows = gather_object(rows)
+        self.scored = [s for _, s, _, _, bad in rows if not bad]  # before the errored rows are filled in
+        _fill_errored_with_group_mean(prompts, out["seller_score"], [(p, s) for p, s, _, _, _ in rows])
+        _fill_errored_with_group_mean(prompts, out["outcome"], [(p, o) for p, _, o, _, _ in rows])
+        self.split = split_on_deal([(p, deal) for p, _, _, deal, bad in rows if not bad])
         self.last_errors = [g.negotiation.error for g in games]
         return out
 
@@ -214,6 +221,9 @@ class NegotiationRollout:
             "negotiation/invalid_action_rate": sum(out["invalid_share"][i] for i in ok) / max(len(ok), 1),
             "negotiation/seller_turns": sum(out["seller_turns"]) / n,
             "negotiation/error_rate": sum(out["errored"]) / n,
+            "negotiation/groups_split_on_deal": self.split,
+            # the score whatever the reward is (reward: outcome leaves the price out of TRL's own "reward")
+            "negotiation/seller_score": sum(self.scored) / len(self.scored) if self.scored else 0.0,
             "rollout/seconds": rollout_s,
             "rollout/sampled_tokens_per_s": sampled / rollout_s if rollout_s > 0 else 0.0,
         }
@@ -248,6 +258,22 @@ def earlier_copies(prompts: list[str], rank: int, processes: int) -> dict[str, i
     return counts
 
 
+def sign_against_no_deal(surplus: float) -> float:
+    """``reward: outcome``: +1 for a deal worth more to the seller than no deal, -1 for one worth less, 0 for none."""
+    return float((surplus > 0) - (surplus < 0))
+
+
+def split_on_deal(rows: list[tuple[str, bool]]) -> float:
+    """The share of groups (one task's copies; ``rows`` are (prompt, deal) of unerrored copies) in which some
+    copies reached a deal and some did not. Only such a group tells GRPO whether closing paid: a group whose copies
+    all deal compares prices alone, and rewards the copies that conceded least. Measured on the demo's base
+    (benchmarks/group_outcomes.py), 8 or 9 of 10 groups were all-or-nothing at temperatures 0.3 and 0.5."""
+    outcomes: dict[str, set[bool]] = {}
+    for prompt, deal in rows:
+        outcomes.setdefault(prompt, set()).add(bool(deal))
+    return sum(len(o) > 1 for o in outcomes.values()) / len(outcomes) if outcomes else 0.0
+
+
 def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None],
                                   pool: list[tuple[str, float | None]] | None = None) -> None:
     """An errored rollout takes its group's mean reward: zero advantage, and the group's baseline unchanged.
@@ -262,18 +288,29 @@ def _fill_errored_with_group_mean(prompts: list[str], scores: list[float | None]
             scores[i] = sum(group) / len(group) if group else 0.0
 
 
-def make_reward(format_penalty: float, rollout: NegotiationRollout | None = None) -> Callable[..., list[float]]:
-    """The reward function: each rollout row's seller score, less the format penalty. TRL calls it right
-    after each rollout with a ``log_metric`` callback, which gets that rollout's figures."""
+def make_reward(format_penalty: float, rollout: NegotiationRollout | None = None,
+                kind: Literal["score", "outcome"] = "score") -> Callable[..., list[float]]:
+    """The reward function: each rollout row's seller score (``kind`` outcome: its sign against no deal, see
+    TrainConfig.reward), less the format penalty. TRL calls it right after each rollout with a ``log_metric``
+    callback, which gets that rollout's figures; TRL logs the reward under the function's name."""
+
+    def reward(invalid_share: list[float], log_metric: Callable[[str, float], None] | None,
+               values: list[float]) -> list[float]:
+        if rollout is not None and log_metric is not None:
+            rollout.log_figures(log_metric)
+        return [v - format_penalty * i for v, i in zip(values, invalid_share)]
 
     def seller_score(prompts: list[str], completions: list[Any], seller_score: list[float],
                      invalid_share: list[float], log_metric: Callable[[str, float], None] | None = None,
                      **_: Any) -> list[float]:
-        if rollout is not None and log_metric is not None:
-            rollout.log_figures(log_metric)
-        return [s - format_penalty * i for s, i in zip(seller_score, invalid_share)]
+        return reward(invalid_share, log_metric, seller_score)
 
-    return seller_score
+    def outcome(prompts: list[str], completions: list[Any], outcome: list[float],
+                invalid_share: list[float], log_metric: Callable[[str, float], None] | None = None,
+                **_: Any) -> list[float]:
+        return reward(invalid_share, log_metric, outcome)
+
+    return seller_score if kind == "score" else outcome
 
 
 # ---- assembling the trainer, saving what it made ----
@@ -314,7 +351,7 @@ def build_trainer(cfg: TrainConfig, model: Any, tokenizer: Any, tasks: list[Task
         validation = ValidationCallback(Validator(cfg), rollout.policy, cfg.output_dir)
         callbacks.append(validation)
     trainer_class = LossTokenGRPOTrainer if loss_tokens_only else GRPOTrainer
-    trainer = trainer_class(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout)],
+    trainer = trainer_class(model=model, reward_funcs=[make_reward(cfg.format_penalty, rollout, cfg.reward)],
                             args=grpo_args(cfg), train_dataset=Dataset.from_dict({"prompt": [t.key for t in tasks]}),
                             processing_class=tokenizer, rollout_func=rollout, peft_config=peft_config(cfg, model),
                             callbacks=callbacks)

@@ -1,0 +1,101 @@
+"""What a GRPO group can teach: do a group's copies end differently, or do they all deal (or all fail)?
+
+GRPO compares the G copies of one task, which meet the same buyer with the same buyer seed; only the seller's
+sampling differs. A group whose copies all deal compares prices alone (under ``reward: score`` it pays the copies
+that conceded least); a group that all fail is silent; only a group split on deal says whether closing paid. This
+plays a study's (or a training config's) starting model as the seller on the first training tasks of each pool
+buyer, G copies each, at each temperature asked, and gives per group the deals and rewards, and per buyer the
+push GRPO's advantages give deals (the advantage of each deal copy weighted by its share of the step's sampled
+tokens, as ``loss_type: dapo`` weights it; positive: toward dealing) under ``reward: score`` and ``outcome``.
+
+Reads training tasks only (training scenarios and pool buyers), never the evaluation grid.
+
+    .venv/bin/python benchmarks/group_outcomes.py configs/matched-study.yaml --temperatures 0.3 0.5 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from haggler.engine.backends.hf import HFModel
+from haggler.training.config import TrainConfig, load_config
+from haggler.training.grpo import NegotiationRollout, split_on_deal, training_tasks
+from haggler.training.recipe import base_model_path
+
+
+def train_config(path: str) -> TrainConfig:
+    """A training config, or a study's first RL arm's."""
+    from haggler.study.config import load_study, plan_arms
+
+    try:
+        _, trainings = plan_arms(load_study(path))
+        return next(iter(trainings.values()))
+    except Exception:  # noqa: BLE001 - not a study: a training config
+        return load_config(path)
+
+
+def push_on_deals(groups: dict[str, list[dict]], key: str) -> dict[str, float]:
+    """Per buyer: sum over deal copies of (group-scaled advantage) x (copy's sampled tokens / step's tokens)."""
+    total = sum(r["tokens"] for g in groups.values() for r in g) or 1
+    push: dict[str, float] = defaultdict(float)
+    for rows in groups.values():
+        values = [r[key] for r in rows]
+        mean, sd = statistics.mean(values), statistics.stdev(values)  # as TRL's scale_rewards: group
+        for r in rows:
+            if r["deal"]:
+                push[r["buyer"]] += (r[key] - mean) / (sd + 1e-4) * r["tokens"] / total
+    return dict(push)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("config", help="a study config (its first RL arm) or a training config")
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.3, 0.5, 1.0])
+    p.add_argument("--per-buyer", type=int, default=2, help="training tasks per pool buyer")
+    p.add_argument("--out", type=Path, default=None, help="write every copy's row here (JSON)")
+    args = p.parse_args()
+
+    cfg = train_config(args.config)
+    tasks = training_tasks(cfg)
+    chosen, seen = [], defaultdict(int)
+    for t in tasks:  # the first tasks of each buyer, in the training order
+        if seen[t.buyer] < args.per_buyer:
+            chosen.append(t)
+            seen[t.buyer] += 1
+    model = HFModel(base_model_path(cfg), device="cpu", dtype="float32")
+    rollout = NegotiationRollout(cfg, tasks)
+    prompts = [t.key for t in chosen for _ in range(cfg.grpo.num_generations)]
+    summary, rows_out = {}, {}
+    for temp in args.temperatures:
+        out = rollout.play(model, prompts, temp, f"group-outcomes-{temp}")
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for i, key in enumerate(prompts):
+            groups[key].append({"buyer": rollout.tasks[key].buyer, "deal": out["deal"][i],
+                                "score": out["seller_score"][i], "outcome": out["outcome"][i],
+                                "tokens": sum(out["env_mask"][i])})
+        split = split_on_deal([(k, r["deal"]) for k, g in groups.items() for r in g])
+        print(f"temperature {temp}: {split:.0%} of {len(groups)} groups split on deal")
+        for rows in groups.values():
+            deals = [r for r in rows if r["deal"]]
+            print(f"  {rows[0]['buyer']:24s} deals {len(deals)}/{len(rows)}  good {sum(r['outcome'] > 0 for r in rows)}"
+                  f"  losses {sum(r['outcome'] < 0 for r in rows)}  scores {[round(r['score'], 2) for r in rows]}")
+        pushes = {key: push_on_deals(groups, key) for key in ("score", "outcome")}
+        for key, push in pushes.items():
+            print(f"  push on deals under reward {key}: " + ", ".join(f"{b} {v:+.3f}" for b, v in sorted(push.items()))
+                  + f"; total {sum(push.values()):+.3f}")
+        summary[str(temp)] = {"groups": len(groups), "split_on_deal": split,
+                              "deal_rate": sum(out["deal"]) / len(prompts),
+                              "push_on_deals": {k: sum(v.values()) for k, v in pushes.items()}}
+        rows_out[str(temp)] = groups
+    if args.out:
+        args.out.write_text(json.dumps(rows_out, indent=1))
+    print(json.dumps({"benchmark": "group_outcomes", "model": base_model_path(cfg),
+                      "copies": cfg.grpo.num_generations, "by_temperature": summary}))
+
+
+if __name__ == "__main__":
+    main()
