@@ -28,26 +28,36 @@ from haggler.training.recipe import base_model_path
 
 
 def train_config(path: str) -> TrainConfig:
-    """A training config, or a study's first RL arm's."""
+    """A training config, or a study's first RL arm's (a study names its bases and grid, or extends one)."""
+    import yaml
+
     from haggler.study.config import load_study, plan_arms
 
-    try:
-        _, trainings = plan_arms(load_study(path))
-        return next(iter(trainings.values()))
-    except Exception:  # noqa: BLE001 - not a study: a training config
+    if not {"bases", "extends", "grid"} & set(yaml.safe_load(Path(path).read_text()) or {}):
         return load_config(path)
+    _, trainings = plan_arms(load_study(path))
+    if not trainings:
+        raise SystemExit(f"{path}: the study trains no RL arm")
+    return next(iter(trainings.values()))
 
 
-def push_on_deals(groups: dict[str, list[dict]], key: str) -> dict[str, float]:
-    """Per buyer: sum over deal copies of (group-scaled advantage) x (copy's sampled tokens / step's tokens)."""
+def push_on_deals(groups: dict[str, list[dict]], key: str, cfg: TrainConfig) -> dict[str, float]:
+    """Per buyer: sum over deal copies of advantage x (copy's sampled tokens / all sampled tokens), the advantage
+    as TRL makes it from ``key`` less the format penalty (group mean; scaled as ``grpo.scale_rewards`` says, the
+    batch's std taken over every group played here)."""
+    def reward(r: dict) -> float:
+        return r[key] - cfg.format_penalty * r["invalid_share"]
+
     total = sum(r["tokens"] for g in groups.values() for r in g) or 1
+    batch_sd = statistics.stdev([reward(r) for g in groups.values() for r in g])
     push: dict[str, float] = defaultdict(float)
     for rows in groups.values():
-        values = [r[key] for r in rows]
-        mean, sd = statistics.mean(values), statistics.stdev(values)  # as TRL's scale_rewards: group
-        for r in rows:
+        values = [reward(r) for r in rows]
+        mean = statistics.mean(values)
+        sd = {"group": statistics.stdev(values), "batch": batch_sd, "none": None}[cfg.grpo.scale_rewards]
+        for r, v in zip(rows, values):
             if r["deal"]:
-                push[r["buyer"]] += (r[key] - mean) / (sd + 1e-4) * r["tokens"] / total
+                push[r["buyer"]] += (v - mean) / (sd + 1e-4 if sd is not None else 1.0) * r["tokens"] / total
     return dict(push)
 
 
@@ -74,21 +84,26 @@ def main() -> None:
         out = rollout.play(model, prompts, temp, f"group-outcomes-{temp}")
         groups: dict[str, list[dict]] = defaultdict(list)
         for i, key in enumerate(prompts):
+            if out["errored"][i]:  # never scored, as in training
+                continue
             groups[key].append({"buyer": rollout.tasks[key].buyer, "deal": out["deal"][i],
                                 "score": out["seller_score"][i], "outcome": out["outcome"][i],
-                                "tokens": sum(out["env_mask"][i])})
+                                "invalid_share": out["invalid_share"][i], "tokens": sum(out["env_mask"][i])})
+        groups = {k: g for k, g in groups.items() if len(g) > 1}
         split = split_on_deal([(k, r["deal"]) for k, g in groups.items() for r in g])
-        print(f"temperature {temp}: {split:.0%} of {len(groups)} groups split on deal")
+        print(f"temperature {temp}: {split:.0%} of {len(groups)} groups split on deal (G = {cfg.grpo.num_generations}, "
+              f"scale_rewards: {cfg.grpo.scale_rewards})")
         for rows in groups.values():
             deals = [r for r in rows if r["deal"]]
             print(f"  {rows[0]['buyer']:24s} deals {len(deals)}/{len(rows)}  good {sum(r['outcome'] > 0 for r in rows)}"
                   f"  losses {sum(r['outcome'] < 0 for r in rows)}  scores {[round(r['score'], 2) for r in rows]}")
-        pushes = {key: push_on_deals(groups, key) for key in ("score", "outcome")}
+        pushes = {key: push_on_deals(groups, key, cfg) for key in ("score", "outcome")}
         for key, push in pushes.items():
             print(f"  push on deals under reward {key}: " + ", ".join(f"{b} {v:+.3f}" for b, v in sorted(push.items()))
                   + f"; total {sum(push.values()):+.3f}")
+        played = [r for g in groups.values() for r in g]
         summary[str(temp)] = {"groups": len(groups), "split_on_deal": split,
-                              "deal_rate": sum(out["deal"]) / len(prompts),
+                              "deal_rate": sum(r["deal"] for r in played) / max(len(played), 1),
                               "push_on_deals": {k: sum(v.values()) for k, v in pushes.items()}}
         rows_out[str(temp)] = groups
     if args.out:

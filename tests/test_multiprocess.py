@@ -60,9 +60,10 @@ def test_two_processes_train_as_one_with_the_same_global_batch(tmp_path, tokeniz
     assert any(s[2] > 0 for s in steps(log1))  # rewards varied: there was something to learn
     for a, b in zip(steps(log1), steps(log2), strict=True):
         assert a[:3] == b[:3] and b[3] == pytest.approx(a[3], abs=1e-6)
-    # the share of groups split on deal counts whole groups, whose copies the two ranks share
-    split = [[h["negotiation/groups_split_on_deal"] for h in log if "reward" in h] for log in (log1, log2)]
-    assert split[0] == split[1]
+    # the share of groups split on deal and the rollouts' score count whole groups, whose copies the ranks share
+    for key in ("negotiation/groups_split_on_deal", "negotiation/seller_score"):
+        one_two = [[h[key] for h in log if "reward" in h] for log in (log1, log2)]
+        assert one_two[1] == pytest.approx(one_two[0], abs=1e-6), key
     grads = [(h["grad_norm"], g["grad_norm"]) for h, g in zip(log1, log2) if "grad_norm" in h]
     assert grads and all(b == pytest.approx(a, rel=1e-5, abs=1e-7) for a, b in grads)
     # validation: played once per validated step (the ranks share the set), logged once, the same figures

@@ -87,7 +87,7 @@ def test_the_page_holds_what_the_browser_test_looks_for_without_a_browser(tmp_pa
 def test_learning_curves_read_validation_with_its_band(tmp_path):
     """The band of a validation curve is the step-0 score plus the paired interval of the change."""
     from haggler.study.report.assemble import ArmInfo
-    from haggler.study.report.plots import plot_training, validation_bands
+    from haggler.study.report.plots import plot_training, rollout_scores, validation_bands
 
     run = tmp_path / "run"
     run.mkdir()
@@ -101,6 +101,14 @@ def test_learning_curves_read_validation_with_its_band(tmp_path):
     assert band[0] == (0, 0.40, 0.40, 0.40)
     assert band[1][0] == 2 and band[1][2:] == pytest.approx((0.41, 0.50))
     assert plot_training(table, tmp_path / "curves.png") and (tmp_path / "curves.png").stat().st_size > 0
+    # the rollouts' curve is their seller score where logged (an arm trained on reward: outcome logs +-1 as reward),
+    # an older log's reward otherwise
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "train_log.jsonl").write_text(json.dumps({"step": 1, "reward": 0.3}) + "\n")
+    (run / "train_log.jsonl").write_text(json.dumps({"step": 1, "reward": 1.0, "negotiation/seller_score": 0.52}) + "\n")
+    table["old"] = ArmInfo("old", kind="rl", train_dirs=[str(old)])
+    assert rollout_scores(table) == {"rl (run)": [(1, 0.52)], "old (old)": [(1, 0.3)]}
 
 
 def test_the_report_says_when_comparisons_share_the_buyers_random_streams():

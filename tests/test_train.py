@@ -20,7 +20,7 @@ from haggler.core.scenario import write_scenarios  # noqa: E402
 from haggler.core.score import score  # noqa: E402
 from haggler.engine.card import read_card  # noqa: E402
 from haggler.training.grpo import (  # noqa: E402
-    NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks,
+    NegotiationRollout, build_trainer, latest_checkpoint, save_final, training_tasks, write_log,
 )
 from haggler.core.config import ConfigError  # noqa: E402
 from haggler.training.config import load_config  # noqa: E402
@@ -115,6 +115,12 @@ def test_two_grpo_steps_train_on_exactly_the_sellers_tokens_and_resume_at_step_t
         assert h["negotiation/error_rate"] == 0 and h["rollout/seconds"] > 0 and h["rollout/sampled_tokens_per_s"] > 0
         split = [len(set(out["deal"][i:i + 4])) > 1 for i in range(0, 8, 4)]  # groups: 4 consecutive copies
         assert h["negotiation/groups_split_on_deal"] == pytest.approx(sum(split) / 2)
+        assert h["negotiation/seller_score"] == pytest.approx(sum(out["seller_score"]) / 8)
+    assert any(h["negotiation/groups_split_on_deal"] > 0 for h in logged)  # the figure was tested off zero
+    # the run's summary holds the rollouts' score beside the reward (they differ under reward: outcome)
+    summary = write_log(trainer, cfg)
+    assert summary["seller_score_first_fifth"] == pytest.approx(logged[0]["negotiation/seller_score"])
+    assert summary["seller_score_last_fifth"] == pytest.approx(logged[1]["negotiation/seller_score"])
     assert "tokens_per_s" not in logged[0] and logged[1]["tokens_per_s"] > 0  # measured from the second step on
 
     # the loss mask is exactly the seller's sampled tokens (TRL shuffles rows: match them by their tokens)

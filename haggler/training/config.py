@@ -184,11 +184,11 @@ class TrainConfig(Strict):
     max_invalid: int = Field(3, ge=1)
     no_deal: Literal["reservation", "zero"] = "reservation"
     format_penalty: float = Field(0.0, ge=0)  # subtracted per invalid seller action share
-    # what GRPO maximises. score: the seller's score (no deal: the no_deal value). outcome: +1 a deal worth more than
-    # no deal, -1 one worth less, 0 no deal; the price of a good deal does not count. Why: the copies of a group meet
-    # one buyer, and at low sampling temperatures they nearly always all deal or all fail (8-9 of 10 groups of the
-    # demo's base, benchmarks/group_outcomes.py), so under score most of the signal compares prices and pays the
-    # copies that conceded least; outcome leaves only what the split groups say about closing
+    # what GRPO maximises. score: the seller's score (no deal: the no_deal value). outcome: +1 a deal above the
+    # seller's reservation, -1 one below it, 0 no deal; the price of a good deal does not count. Why: the copies of
+    # a group meet one buyer, and at low sampling temperatures they often all deal (benchmarks/group_outcomes.py;
+    # training logs the share of split groups), and a group that all deal compares prices alone, paying the copies
+    # that conceded least; under outcome only groups that differ in what they closed speak
     reward: Literal["score", "outcome"] = "score"
     # a training step in which this share of the negotiations errored (a buyer's server down, a model that cannot
     # play) stops the run with the first error, before anything is saved as a trained model; 1.0: only when all did

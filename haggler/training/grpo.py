@@ -6,7 +6,8 @@ the same scenario against the same buyer with the same buyer seed, and only the 
 differs inside a group. A rollout is a whole negotiation played by the very engine that evaluates
 (``rollout.py``), and the seller's side comes back token-in/token-out: ``prompt_ids``,
 ``completion_ids``, ``env_mask`` (only the seller's sampled tokens are trained on) and the sampler's
-log-probabilities. The reward is the engine's seller score, minus an optional format penalty.
+log-probabilities. The reward is the engine's seller score (``reward: outcome``: the deal's sign against the
+seller's reservation), minus an optional format penalty.
 
 A negotiation that errored (a buyer's server that kept failing) is never scored: its tokens are masked
 out and its reward set to its group's mean, so it moves neither the loss nor its group's baseline.
@@ -193,7 +194,7 @@ class NegotiationRollout:
             out["env_mask"].append([0] * len(tr.env_mask) if errored else list(tr.env_mask))
             out["logprobs"].append(list(tr.logprobs))
             out["seller_score"].append(figures.seller_score)
-            out["outcome"].append(None if figures.deal is None else sign_against_no_deal(figures.seller_surplus or 0.0))
+            out["outcome"].append(None if figures.deal is None else sign_against_no_deal(figures.seller_surplus))
             out["invalid_share"].append(sum(isinstance(a, Invalid) for a in turns) / len(turns) if turns else 0.0)
             out["deal"].append(bool(figures.deal))
             out["seller_turns"].append(len(turns))
@@ -221,6 +222,7 @@ class NegotiationRollout:
             "negotiation/invalid_action_rate": sum(out["invalid_share"][i] for i in ok) / max(len(ok), 1),
             "negotiation/seller_turns": sum(out["seller_turns"]) / n,
             "negotiation/error_rate": sum(out["errored"]) / n,
+            # these two over every rank's rows (a group can span ranks); the rates above are this rank's
             "negotiation/groups_split_on_deal": self.split,
             # the score whatever the reward is (reward: outcome leaves the price out of TRL's own "reward")
             "negotiation/seller_score": sum(self.scored) / len(self.scored) if self.scored else 0.0,
@@ -258,16 +260,17 @@ def earlier_copies(prompts: list[str], rank: int, processes: int) -> dict[str, i
     return counts
 
 
-def sign_against_no_deal(surplus: float) -> float:
-    """``reward: outcome``: +1 for a deal worth more to the seller than no deal, -1 for one worth less, 0 for none."""
+def sign_against_no_deal(surplus: float | None) -> float:
+    """``reward: outcome``: +1 for a deal above the seller's reservation, -1 for one below it, 0 for none (its
+    surplus 0); the reservation whatever ``no_deal`` scores, as the evaluation's good deals and losses are."""
+    surplus = surplus or 0.0
     return float((surplus > 0) - (surplus < 0))
 
 
 def split_on_deal(rows: list[tuple[str, bool]]) -> float:
     """The share of groups (one task's copies; ``rows`` are (prompt, deal) of unerrored copies) in which some
     copies reached a deal and some did not. Only such a group tells GRPO whether closing paid: a group whose copies
-    all deal compares prices alone, and rewards the copies that conceded least. Measured on the demo's base
-    (benchmarks/group_outcomes.py), 8 or 9 of 10 groups were all-or-nothing at temperatures 0.3 and 0.5."""
+    all deal compares prices alone, and rewards the copies that conceded least (benchmarks/group_outcomes.py)."""
     outcomes: dict[str, set[bool]] = {}
     for prompt, deal in rows:
         outcomes.setdefault(prompt, set()).add(bool(deal))
@@ -412,6 +415,9 @@ def write_log(trainer: Any, cfg: TrainConfig) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "reward_first_fifth": over("reward", history[:fifth]),
         "reward_last_fifth": over("reward", history[-fifth:]),
+        # the rollouts' seller score: the reward itself under reward: score (less any format penalty), not under outcome
+        "seller_score_first_fifth": over("negotiation/seller_score", history[:fifth]),
+        "seller_score_last_fifth": over("negotiation/seller_score", history[-fifth:]),
         "invalid_action_rate_first_fifth": over("negotiation/invalid_action_rate", history[:fifth]),
         "invalid_action_rate_last_fifth": over("negotiation/invalid_action_rate", history[-fifth:]),
         "deal_rate_last_fifth": over("negotiation/deal_rate", history[-fifth:]),

@@ -91,6 +91,12 @@ def training_curves(table: dict[str, ArmInfo], key: str = "reward") -> dict[str,
     return curves
 
 
+def rollout_scores(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, float]]]:
+    """Per training run: its rollouts' seller score per step, comparable across arms whatever each trained on
+    (``reward: outcome`` is +-1); a log older than that figure gives its reward, the score less any format penalty."""
+    return {**training_curves(table), **training_curves(table, "negotiation/seller_score")}
+
+
 def validation_bands(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, float, float, float]]]:
     """Per training run with validation: (step, score, low, high); the band is the step-0 score plus the
     paired, scenario-clustered 95% interval of the change since step 0."""
@@ -107,7 +113,7 @@ def validation_bands(table: dict[str, ArmInfo]) -> dict[str, list[tuple[int, flo
 def plot_training(table: dict[str, ArmInfo], path: Path) -> bool:
     """Learning curves side by side: held-out validation score (with its band), training reward, invalid
     actions (training rollouts solid, validation dashed)."""
-    reward, bands = training_curves(table), validation_bands(table)
+    reward, bands = rollout_scores(table), validation_bands(table)
     if not reward and not bands:
         return False
     plt = _plt()
@@ -118,7 +124,7 @@ def plot_training(table: dict[str, ArmInfo], path: Path) -> bool:
                          color=line.get_color())
     for name, pts in reward.items():
         rew.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
-    rew.set_title("Training reward", fontsize=9)
+    rew.set_title("Training rollouts' seller score", fontsize=9)
     for key, style in (("negotiation/invalid_action_rate", "-"), ("validation/invalid_rate", "--")):
         for name, pts in training_curves(table, key).items():
             inv.plot([p[0] for p in pts], [p[1] for p in pts], style, marker=".", label=f"{name} {key.split('/')[0]}")
