@@ -23,7 +23,8 @@ from pathlib import Path
 
 from haggler.engine.backends.hf import HFModel
 from haggler.training.config import TrainConfig, load_config
-from haggler.training.grpo import NegotiationRollout, split_on_deal, training_tasks
+from haggler.training.groups import split_on_deal
+from haggler.training.grpo import NegotiationRollout, training_tasks
 from haggler.training.recipe import base_model_path
 
 

@@ -94,7 +94,7 @@ def test_the_global_batch_is_the_recipes_on_any_number_of_processes(tmp_path):
 def test_each_rank_takes_the_copies_after_the_earlier_ranks(monkeypatch):
     import accelerate.utils
 
-    from haggler.training.grpo import earlier_copies
+    from haggler.training.groups import earlier_copies
 
     ranks = [["a", "a", "b"], ["b", "b", "c"], ["a", "c"]]
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda _: ranks)

@@ -177,7 +177,7 @@ def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):
 
 
 def test_a_group_is_split_on_deal_when_some_copies_dealt_and_some_did_not():
-    from haggler.training.grpo import split_on_deal
+    from haggler.training.groups import split_on_deal
 
     # rows of two ranks, a group's copies spread over both: "a" split, "b" all dealt, "c" none, "d" split
     rows = [("a", True), ("b", True), ("c", False), ("d", False), ("a", False), ("b", True), ("c", False),
@@ -189,14 +189,14 @@ def test_a_group_is_split_on_deal_when_some_copies_dealt_and_some_did_not():
 
 def test_errored_rollouts_are_masked_out_and_take_their_groups_mean(tmp_path, tokenizer):
     from haggler.engine.backends.hf import HFModel
-    from haggler.training.grpo import _fill_errored_with_group_mean
+    from haggler.training.groups import fill_errored_with_group_mean
 
     scores = [0.2, None, 0.6, None]
-    _fill_errored_with_group_mean(["a", "a", "b", "b"], scores)
+    fill_errored_with_group_mean(["a", "a", "b", "b"], scores)
     assert scores == [0.2, 0.2, 0.6, 0.6]
     # a group spanning ranks: the mean is over every rank's copies, and a rank whose copies all errored gets it too
     scores = [None, None]
-    _fill_errored_with_group_mean(["a", "a"], scores, [("a", None), ("a", None), ("a", 0.3), ("a", 0.5)])
+    fill_errored_with_group_mean(["a", "a"], scores, [("a", None), ("a", None), ("a", 0.3), ("a", 0.5)])
     assert scores == [pytest.approx(0.4), pytest.approx(0.4)]
     cfg = config(tmp_path)
     rollout = NegotiationRollout(cfg, training_tasks(cfg), AgentContext())
@@ -549,7 +549,7 @@ def test_a_pool_buyer_at_a_named_endpoint_plays_in_rollouts_validation_and_the_w
 
 
 def test_reward_outcome_pays_the_deals_sign_against_no_deal_and_logs_the_score_beside_it(tmp_path, tokenizer):
-    from haggler.training.grpo import sign_against_no_deal
+    from haggler.training.groups import sign_against_no_deal
 
     cfg = config(tmp_path, reward="outcome", grpo={"max_steps": 1})
     trainer, rollout, seen = trainer_for(cfg, tokenizer, biased_tiny_model(tokenizer))
