@@ -251,23 +251,16 @@ def make_reward(format_penalty: float, rollout: NegotiationRollout | None = None
     TrainConfig.reward), less the format penalty. TRL calls it right after each rollout with a ``log_metric``
     callback, which gets that rollout's figures; TRL logs the reward under the function's name."""
 
-    def reward(invalid_share: list[float], log_metric: Callable[[str, float], None] | None,
-               values: list[float]) -> list[float]:
+    column = "seller_score" if kind == "score" else "outcome"  # the rollout's column, and the logged name
+
+    def reward(prompts: list[str], completions: list[Any], invalid_share: list[float],
+               log_metric: Callable[[str, float], None] | None = None, **columns: Any) -> list[float]:
         if rollout is not None and log_metric is not None:
             rollout.log_figures(log_metric)
-        return [v - format_penalty * i for v, i in zip(values, invalid_share)]
+        return [v - format_penalty * i for v, i in zip(columns[column], invalid_share)]
 
-    def seller_score(prompts: list[str], completions: list[Any], seller_score: list[float],
-                     invalid_share: list[float], log_metric: Callable[[str, float], None] | None = None,
-                     **_: Any) -> list[float]:
-        return reward(invalid_share, log_metric, seller_score)
-
-    def outcome(prompts: list[str], completions: list[Any], outcome: list[float],
-                invalid_share: list[float], log_metric: Callable[[str, float], None] | None = None,
-                **_: Any) -> list[float]:
-        return reward(invalid_share, log_metric, outcome)
-
-    return seller_score if kind == "score" else outcome
+    reward.__name__ = column
+    return reward
 
 
 # ---- assembling the trainer, saving what it made ----
