@@ -6,7 +6,10 @@ that conceded least); a group that all fail is silent; only a group split on dea
 plays a study's (or a training config's) starting model as the seller on the first training tasks of each pool
 buyer, G copies each, at each temperature asked, and gives per group the deals and rewards, and per buyer the
 push GRPO's advantages give deals (the advantage of each deal copy weighted by its share of the step's sampled
-tokens, as ``loss_type: dapo`` weights it; positive: toward dealing) under ``reward: score`` and ``outcome``.
+tokens, as ``loss_type: dapo`` weights it; positive: toward dealing) under ``reward: score`` and ``outcome``;
+and, under ``reward: score``, how much the score differs within a group that all dealt against one split on deal,
+and the share of the advantage mass that split groups get when advantages are scaled per group or per batch
+(``grpo.scale_rewards``).
 
 Reads training tasks only (training scenarios and pool buyers), never the evaluation grid.
 
@@ -42,12 +45,17 @@ def train_config(path: str) -> TrainConfig:
     return next(iter(trainings.values()))
 
 
+def penalised(r: dict, key: str, penalty: float) -> float:
+    """A copy's reward as TRL receives it: the reward column less the format penalty."""
+    return r[key] - penalty * r["invalid_share"]
+
+
 def push_on_deals(groups: dict[str, list[dict]], key: str, cfg: TrainConfig) -> dict[str, float]:
     """Per buyer: sum over deal copies of advantage x (copy's sampled tokens / all sampled tokens), the advantage
     as TRL makes it from ``key`` less the format penalty (group mean; scaled as ``grpo.scale_rewards`` says, the
     batch's std taken over every group played here)."""
     def reward(r: dict) -> float:
-        return r[key] - cfg.format_penalty * r["invalid_share"]
+        return penalised(r, key, cfg.format_penalty)
 
     total = sum(r["tokens"] for g in groups.values() for r in g) or 1
     batch_sd = statistics.stdev([reward(r) for g in groups.values() for r in g])
@@ -60,6 +68,27 @@ def push_on_deals(groups: dict[str, list[dict]], key: str, cfg: TrainConfig) -> 
             if r["deal"]:
                 push[r["buyer"]] += (v - mean) / (sd + 1e-4 if sd is not None else 1.0) * r["tokens"] / total
     return dict(push)
+
+
+def split_groups_share(groups: dict[str, list[dict]], key: str, penalty: float) -> dict[str, float]:
+    """Per ``scale_rewards``: the share of the step's advantage mass (sum of |advantage| x sampled tokens) that
+    falls on groups split on deal, the only groups that say whether closing paid; the rest compare prices (all
+    dealt) or nothing (all failed)."""
+    def reward(r: dict) -> float:
+        return penalised(r, key, penalty)
+
+    batch_sd = statistics.stdev([reward(r) for g in groups.values() for r in g])
+    share = {}
+    for scale in ("group", "batch"):
+        mass = {True: 0.0, False: 0.0}
+        for rows in groups.values():
+            values = [reward(r) for r in rows]
+            sd = statistics.stdev(values) if scale == "group" else batch_sd
+            mean = statistics.mean(values)
+            split = len({r["deal"] for r in rows}) > 1
+            mass[split] += sum(abs(v - mean) / (sd + 1e-4) * r["tokens"] for r, v in zip(rows, values))
+        share[scale] = mass[True] / ((mass[True] + mass[False]) or 1)
+    return share
 
 
 def main() -> None:
@@ -102,10 +131,19 @@ def main() -> None:
         for key, push in pushes.items():
             print(f"  push on deals under reward {key}: " + ", ".join(f"{b} {v:+.3f}" for b, v in sorted(push.items()))
                   + f"; total {sum(push.values()):+.3f}")
+        spreads = {kind: [statistics.stdev([r["score"] for r in g]) for g in groups.values()
+                          if {r["deal"] for r in g} == deals] for kind, deals in
+                   (("all_dealt", {True}), ("split", {True, False}))}
+        spread = {kind: statistics.mean(v) if v else None for kind, v in spreads.items()}
+        share = split_groups_share(groups, "score", cfg.format_penalty)
+        print(f"  score's spread within a group: all dealt {spread['all_dealt']}, split {spread['split']}; share of "
+              f"the advantage mass on split groups under reward score: group-scaled {share['group']:.0%}, "
+              f"batch-scaled {share['batch']:.0%}")
         played = [r for g in groups.values() for r in g]
         summary[str(temp)] = {"groups": len(groups), "split_on_deal": split,
                               "deal_rate": sum(r["deal"] for r in played) / max(len(played), 1),
-                              "push_on_deals": {k: sum(v.values()) for k, v in pushes.items()}}
+                              "push_on_deals": {k: sum(v.values()) for k, v in pushes.items()},
+                              "score_spread_within_group": spread, "split_groups_advantage_share": share}
         rows_out[str(temp)] = groups
     if args.out:
         args.out.write_text(json.dumps(rows_out, indent=1))

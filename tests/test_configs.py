@@ -24,6 +24,7 @@ def test_training_configs_load_and_build_trl_arguments(name, tokenizer):
     assert args.learning_rate == cfg.grpo.learning_rate and args.num_generations == cfg.grpo.num_generations
     assert args.temperature == cfg.grpo.temperature and args.top_k == 0 and args.top_p == 1.0
     assert args.beta == cfg.grpo.beta and args.loss_type == cfg.grpo.loss_type
+    assert args.scale_rewards == cfg.grpo.scale_rewards
     model = None
     if cfg.lora is not None and cfg.lora.layers is not None:  # the top layers are counted on the model itself
         from haggler.engine.backends.embedded import resolve_model_path
@@ -40,6 +41,20 @@ def test_training_configs_load_and_build_trl_arguments(name, tokenizer):
         n = model.config.get_text_config(decoder=True).num_hidden_layers
         top = range(n - cfg.lora.layers, n) if cfg.lora.layers is not None else range(n)
         assert f"layers\\.({'|'.join(map(str, top))})\\." in lora.target_modules
+
+
+def test_a_studys_advantage_scale_reaches_trl():
+    """batch-study's one change to matched-study is the advantages' scale: TRL must receive it, or the study ran
+    matched-study's recipe under another name."""
+    pytest.importorskip("trl")
+    from haggler.study.config import load_study, plan_arms
+    from haggler.training.grpo import grpo_args
+
+    scales = {}
+    for name in ("matched-study.yaml", "batch-study.yaml"):
+        _, trainings = plan_arms(load_study(CONFIGS / name))
+        scales[name] = grpo_args(next(iter(trainings.values()))).scale_rewards
+    assert scales == {"matched-study.yaml": "group", "batch-study.yaml": "batch"}
 
 
 def test_gemma4_recipe_is_the_studys():
