@@ -45,28 +45,29 @@ def train_config(path: str) -> TrainConfig:
     return next(iter(trainings.values()))
 
 
-def penalised(r: dict, key: str, penalty: float) -> float:
-    """A copy's reward as TRL receives it: the reward column less the format penalty."""
-    return r[key] - penalty * r["invalid_share"]
+def advantages(groups: dict[str, list[dict]], key: str, penalty: float, scale: str) -> dict[str, list[float]]:
+    """Each copy's advantage as TRL makes it: the reward column ``key`` less the format penalty, minus its group's
+    mean, divided as ``scale`` (``grpo.scale_rewards``) says; the batch's std taken over every group played here."""
+    rewards = {k: [r[key] - penalty * r["invalid_share"] for r in rows] for k, rows in groups.items()}
+    batch_sd = statistics.stdev([v for values in rewards.values() for v in values])
+    out = {}
+    for k, values in rewards.items():
+        sd = {"group": statistics.stdev(values), "batch": batch_sd, "none": None}[scale]
+        mean = statistics.mean(values)
+        out[k] = [(v - mean) / (sd + 1e-4 if sd is not None else 1.0) for v in values]
+    return out
 
 
 def push_on_deals(groups: dict[str, list[dict]], key: str, cfg: TrainConfig) -> dict[str, float]:
     """Per buyer: sum over deal copies of advantage x (copy's sampled tokens / all sampled tokens), the advantage
-    as TRL makes it from ``key`` less the format penalty (group mean; scaled as ``grpo.scale_rewards`` says, the
-    batch's std taken over every group played here)."""
-    def reward(r: dict) -> float:
-        return penalised(r, key, cfg.format_penalty)
-
+    as TRL makes it from ``key`` under the config's format penalty and ``grpo.scale_rewards``."""
     total = sum(r["tokens"] for g in groups.values() for r in g) or 1
-    batch_sd = statistics.stdev([reward(r) for g in groups.values() for r in g])
+    adv = advantages(groups, key, cfg.format_penalty, cfg.grpo.scale_rewards)
     push: dict[str, float] = defaultdict(float)
-    for rows in groups.values():
-        values = [reward(r) for r in rows]
-        mean = statistics.mean(values)
-        sd = {"group": statistics.stdev(values), "batch": batch_sd, "none": None}[cfg.grpo.scale_rewards]
-        for r, v in zip(rows, values):
+    for k, rows in groups.items():
+        for r, a in zip(rows, adv[k]):
             if r["deal"]:
-                push[r["buyer"]] += (v - mean) / (sd + 1e-4 if sd is not None else 1.0) * r["tokens"] / total
+                push[r["buyer"]] += a * r["tokens"] / total
     return dict(push)
 
 
@@ -74,19 +75,13 @@ def split_groups_share(groups: dict[str, list[dict]], key: str, penalty: float) 
     """Per ``scale_rewards``: the share of the step's advantage mass (sum of |advantage| x sampled tokens) that
     falls on groups split on deal, the only groups that say whether closing paid; the rest compare prices (all
     dealt) or nothing (all failed)."""
-    def reward(r: dict) -> float:
-        return penalised(r, key, penalty)
-
-    batch_sd = statistics.stdev([reward(r) for g in groups.values() for r in g])
     share = {}
     for scale in ("group", "batch"):
+        adv = advantages(groups, key, penalty, scale)
         mass = {True: 0.0, False: 0.0}
-        for rows in groups.values():
-            values = [reward(r) for r in rows]
-            sd = statistics.stdev(values) if scale == "group" else batch_sd
-            mean = statistics.mean(values)
+        for k, rows in groups.items():
             split = len({r["deal"] for r in rows}) > 1
-            mass[split] += sum(abs(v - mean) / (sd + 1e-4) * r["tokens"] for r, v in zip(rows, values))
+            mass[split] += sum(abs(a) * r["tokens"] for r, a in zip(rows, adv[k]))
         share[scale] = mass[True] / ((mass[True] + mass[False]) or 1)
     return share
 
