@@ -167,3 +167,98 @@ def test_accept_verdict_puts_the_table_offers_comparison_into_the_action_cue(tok
     assert "2 = accept (the same as no deal)," in cue_after("buyer", 0.404)
     assert "2 = accept, 3" in cue_after("seller", 0.30)  # nothing on the table to accept
     assert "2 = accept, 3" in cue_after("buyer", 0.30, on=False)
+
+
+def test_low_options_are_those_that_no_later_choice_can_lift_to_no_deal():
+    """Seller's weighted values: price $10/$20/$30 = 0/0.4/0.8, colour red/blue = 0/0.2. An option is "less
+    than no deal" when even the best options for the issues still to fill leave the offer below the reservation;
+    a tie on the two decimals the verdicts use is not less."""
+    from conftest import small_scenario
+    from haggler.agents.format.prompts import low_options
+
+    s = small_scenario(rs=0.5)
+    assert low_options(s, "seller", ()) == {0}  # $10 + blue = 0.2; $20 + blue = 0.6 can still beat 0.5
+    assert low_options(s, "seller", (1,)) == {0}  # $20 + red = 0.4
+    assert low_options(s, "seller", (2,)) == set()
+    assert low_options(s, "seller", (0,)) == {0, 1}  # the offer is lost whatever its colour
+    assert low_options(small_scenario(rs=0.6), "seller", (1,)) == {0}  # $20 + blue = 0.60: the same, not less
+    assert low_options(small_scenario(rs=0.604), "seller", (1,)) == {0}  # 0.60 against 0.604 shown as 0.60
+    assert low_options(small_scenario(rs=0.61), "seller", (1,)) == {0, 1}
+    assert low_options(small_scenario(rs=0.5), "buyer", ()) == set()  # the buyer's own table and reservation
+    assert low_options(small_scenario(rb=0.9), "buyer", ()) == {1, 2}  # $20: 0.3 + 0.4; $30: 0 + 0.4
+
+
+def test_low_options_agree_with_the_verdict_on_every_completion_of_generated_scenarios():
+    """Brute force on generated scenarios (several issues, so every later issue counts): an option is marked
+    exactly when every offer that completes it is "less than" no deal by the verdict the seller reads."""
+    import itertools
+
+    from haggler.agents.format.prompts import low_options, verdict
+
+    checked = 0
+    # s7-00187: its seller's offers that start with option 1 all score 0.495 (0.49, below 0.50), which a sum taken
+    # in another order than the verdict's rounds up to 0.50
+    for scenario in [*generate_scenarios(12, 41), generate_scenarios(188, 7)[187]]:
+        for side in ("seller", "buyer"):
+            shape = scenario.shape
+            for k in range(len(shape)):
+                for chosen in itertools.islice(itertools.product(*map(range, shape[:k])), 0, None, 3):
+                    want = {o for o in range(shape[k]) if all(
+                        verdict(scenario, side, (*chosen, o, *rest)) == "less than"
+                        for rest in itertools.product(*map(range, shape[k + 1:])))}
+                    assert low_options(scenario, side, chosen) == want, (scenario.id, side, chosen)
+                    checked += bool(want)
+    assert checked > 50  # the check met marked options, not only empty sets
+
+
+@pytest.mark.parametrize("slots,want", [
+    ("options", "\nprice options: 1. $10 (less than no deal) 2. $20 3. $30\nOption number:"),
+    ("numbers", "\nprice (1 = $10 (less than no deal), 2 = $20, 3 = $30). Number:"),
+    ("names", "\nprice ($10 (less than no deal) | $20 | $30):"),
+    ("indexed", "\nprice (1-3; less than no deal: 1):"),
+    ("plain", "\nprice (less than no deal: $10):"),
+])
+def test_every_slot_style_marks_the_options_below_no_deal_and_only_those(slots, want):
+    from conftest import small_scenario
+
+    settings = PromptSettings(slots=slots)
+    assert slot_cue(small_scenario(), 0, settings, frozenset({0})) == want
+    assert "no deal" not in slot_cue(small_scenario(), 0, settings)  # nothing marked: the plain cue
+
+
+def test_offer_verdict_marks_each_slot_from_the_options_already_chosen(tokenizer):
+    """With ``offer_verdict`` each offer slot's cue marks the options that lose against no deal given the slots
+    the seller has filled; the marks are the environment's text, never the seller's tokens to train on."""
+    from conftest import small_scenario
+    from haggler.agents.llm import HFAgent
+    from haggler.core.protocol import Negotiation, ProtocolConfig
+    from haggler.core.types import Offer
+    from haggler.engine.interfaces import Sample
+
+    class Says:  # a stand-in sampler: "1" (offer) at the action slot, then the given option numbers
+        def __init__(self, answers):
+            self.tokenizer, self.eos_ids, self.answers = tokenizer, [tokenizer.eos_token_id], list(answers)
+
+        def describe(self):
+            return {"backend": "test"}
+
+        def continue_batch(self, seqs, max_new_tokens, temperature, stop_chars="\n", generator=None):
+            ids = tokenizer.encode(f" {self.answers.pop(0)}\n", add_special_tokens=False)
+            seqs[0].ids.extend(ids)
+            return [Sample(ids=ids, logprobs=[-1.0] * len(ids), stopped="stop")]
+
+    def cues(price, on=True):
+        settings = PromptSettings(slots="indexed", actions="numbers", message_tokens=0, offer_verdict=on)
+        agent = HFAgent(Says([1, price, 2]), small_scenario(rs=0.5), "seller", settings, 1.0, "hf:test")
+        assert agent.respond(Negotiation(small_scenario(rs=0.5), ProtocolConfig(opener="seller"))).action == Offer(
+            (price - 1, 1))
+        tr = agent.trajectory
+        env = tokenizer.decode([t for t, m in zip(tr.completion_ids, tr.env_mask) if not m])
+        assert "no deal" not in tokenizer.decode([t for t, m in zip(tr.completion_ids, tr.env_mask) if m])
+        return env
+
+    assert "price (1-3; less than no deal: 1):" in cues(2)
+    assert "colour (1-2; less than no deal: 1):" in cues(2)  # $20 + red = 0.4
+    assert "colour (1-2):" in cues(3)  # $30: any colour beats 0.5
+    assert "colour (1-2; less than no deal: 1, 2):" in cues(1)
+    assert "no deal" not in cues(1, on=False)

@@ -73,6 +73,26 @@ def test_a_warm_start_made_for_another_format_is_redone(tmp_path, tokenizer):
     assert not is_done(other)
 
 
+def test_a_warm_start_from_before_a_prompt_option_existed_is_not_redone(tmp_path, tokenizer):
+    """A card written before a prompt option was added lacks its key: the warm start was made in that option's
+    default, so it is kept (a study copying or resuming it does not retrain it); a card naming an option haggler
+    does not know, or another value, is redone."""
+    from haggler.engine.card import write_card
+
+    folder = tmp_path / "tiny"
+    biased_tiny_model(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    cfg = cfg_for(tmp_path, folder)
+    out = run_warm_start(cfg, log=lambda _: None)
+    card = read_card(out)
+    older = {k: v for k, v in card["prompt"].items() if k != "offer_verdict"}
+    write_card(out, {**card, "prompt": older})
+    assert is_done(cfg)
+    assert not is_done(cfg.model_copy(update={"prompt": cfg.prompt.model_copy(update={"offer_verdict": True})}))
+    write_card(out, {**card, "prompt": {**older, "a_later_option": 1}})
+    assert not is_done(cfg)
+
+
 def test_gradient_checkpointing_makes_the_same_warm_start(tmp_path, tokenizer):
     """It trades memory for a recomputed forward pass: the same weights, and a finished warm start is not redone
     when only this setting changes."""

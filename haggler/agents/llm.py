@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haggler.agents.format.parse import parse_reply, read_action_slot, read_slot
-from haggler.agents.format.prompts import (MESSAGE_CUE, PromptSettings, accept_note, action_cue, observe, slot_cue,
-                                          system_prompt_for)
+from haggler.agents.format.prompts import (MESSAGE_CUE, PromptSettings, accept_note, action_cue, low_options, observe,
+                                           slot_cue, system_prompt_for)
 from haggler.core.protocol import Negotiation
 from haggler.core.scenario import Scenario
 from haggler.core.types import Accept, Action, Invalid, Offer, Reply, Side, WalkAway
@@ -173,7 +173,9 @@ class HFAgent:
         if action is None:  # an offer: one cued slot per issue
             chosen: list[int] = []
             for k, issue in enumerate(self.scenario.issues):
-                cue(slot_cue(self.scenario, k, self.settings))
+                low = (low_options(self.scenario, self.side, tuple(chosen)) if self.settings.offer_verdict
+                       else frozenset[int]())
+                cue(slot_cue(self.scenario, k, self.settings, low))
                 segment, last = yield from self._sample(self.settings.slot_tokens, "\n", f"issue:{k}")
                 text += segment
                 option, why = read_slot(segment, issue.options, self.settings.numbered)

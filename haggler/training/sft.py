@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from haggler.agents.format.prompts import PromptSettings
 from haggler.agents.teacher import render_examples
 from haggler.core.config import ConfigError
@@ -79,7 +81,13 @@ def is_done(cfg: TrainConfig) -> bool:
     card = read_card(cfg.warm_start_dir())
     if card is None:
         return False
-    return (card.get("prompt") == training_format(cfg).model_dump() and card.get("warm_start") == _ws_settings(cfg)
+    # The card's format read as settings: a prompt option added since it was written takes its default (the
+    # format that warm start was trained in), so an older warm start is not redone over a field it never had.
+    try:
+        made_in = PromptSettings.model_validate(card.get("prompt")).model_dump()
+    except ValidationError:
+        return False
+    return (made_in == training_format(cfg).model_dump() and card.get("warm_start") == _ws_settings(cfg)
             and card.get("base") == cfg.model)
 
 

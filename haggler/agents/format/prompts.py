@@ -69,6 +69,12 @@ class PromptSettings(Strict):
     # what a small seller gets most wrong (the warm-started SmolLM2 accepted 25% of offers worth less than no
     # deal, 47% of those worth more), and RL without it mostly learned to accept less whatever the offer.
     accept_verdict: bool = False
+    # offer_verdict: each offer slot's cue marks the options that would leave the offer worth less than no deal
+    # even with the best options for the issues still to fill ("3. $1,750 (less than no deal)"). Measured on the
+    # grids of matched-study and onpolicy-study (seller at 0.3, accept_verdict on): 45 of the base's 46 deals
+    # below its reservation were its own offers that the buyer took, not offers it accepted; a 135M model cannot
+    # add weight times value over the issues, so no reward teaches it which of its own offers lose.
+    offer_verdict: bool = False
     # thinking: the model thinks before each reply, in its chat template's thinking mode (Gemma 4's <|think|>,
     # Qwen3's <think>), up to thought_tokens; the thought is the model's own tokens (trained on like the rest of its
     # turn) and stays in the transcript, but is never parsed as the action nor shown to the other side. Off: the
@@ -225,14 +231,32 @@ def accept_note(negotiation: Negotiation, side: Side, settings: PromptSettings) 
     return f"{verdict(negotiation.scenario, side, table)} no deal"
 
 
-def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings) -> str:
+LOW = "less than no deal"
+
+
+def low_options(scenario: Scenario, side: Side, chosen: tuple[int, ...]) -> frozenset[int]:
+    """The options of the next issue (index ``len(chosen)``) that leave an offer starting with ``chosen`` worth
+    less than ``side``'s no deal however the later issues are filled: the offer's best completion, judged by
+    ``verdict`` itself (the same sum and the same two decimals), so a mark never disagrees with the figures."""
+    table = scenario.weighted_table(side)
+    best = tuple(max(range(len(row)), key=row.__getitem__) for row in table[len(chosen) + 1:])
+    return frozenset(o for o in range(len(table[len(chosen)]))
+                     if verdict(scenario, side, (*chosen, o, *best)) == "less than")
+
+
+def slot_cue(scenario: Scenario, issue_index: int, settings: PromptSettings, low: frozenset[int] = frozenset()) -> str:
+    """Issue ``issue_index``'s cue; the options in ``low`` (see ``offer_verdict``) are marked "less than no deal"."""
     issue = scenario.issues[issue_index]
+    tag = [f" ({LOW})" if o in low else "" for o in range(len(issue.options))]
     if settings.slots == "options":
-        return f"\n{issue.name} options: {' '.join(f'{k}. {o}' for k, o in enumerate(issue.options, start=1))}\nOption number:"
+        listed = " ".join(f"{k}. {o}{tag[k - 1]}" for k, o in enumerate(issue.options, start=1))
+        return f"\n{issue.name} options: {listed}\nOption number:"
     if settings.slots == "numbers":
-        return f"\n{issue.name} ({', '.join(f'{k} = {o}' for k, o in enumerate(issue.options, start=1))}). Number:"
-    if settings.slots == "indexed":
-        return f"\n{issue.name} (1-{len(issue.options)}):"
+        return f"\n{issue.name} ({', '.join(f'{k} = {o}{tag[k - 1]}' for k, o in enumerate(issue.options, start=1))}). Number:"
     if settings.slots == "names":
-        return f"\n{issue.name} ({' | '.join(issue.options)}):"
-    return f"\n{issue.name}:"
+        return f"\n{issue.name} ({' | '.join(f'{o}{tag[k]}' for k, o in enumerate(issue.options))}):"
+    if settings.slots == "indexed":
+        note = f"; {LOW}: {', '.join(str(o + 1) for o in sorted(low))}" if low else ""
+        return f"\n{issue.name} (1-{len(issue.options)}{note}):"
+    note = f" ({LOW}: {', '.join(issue.options[o] for o in sorted(low))})" if low else ""
+    return f"\n{issue.name}{note}:"
