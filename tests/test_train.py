@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("trl")
 
 from haggler.agents.registry import AgentContext  # noqa: E402
+from haggler.engine.card import read_card  # noqa: E402
 from haggler.evaluation.runner import run  # noqa: E402
 from haggler.scenarios.generate import generate_scenarios  # noqa: E402
 from haggler.evaluation.grid import make_grid, write_grid  # noqa: E402
@@ -174,6 +175,7 @@ def test_the_trained_model_plays_in_haggler_run(tmp_path, tokenizer):
     record = json.loads((tmp_path / "results.jsonl").read_text().splitlines()[0])
     # it plays in the format it was trained on (no message slot), recorded with the results
     assert record["agents"]["seller"]["max_tokens"]["message"] == 0
+    assert record["agents"]["seller"]["prompt"] == read_card(final)["prompt"]  # the whole format, as played
 
 
 def test_a_group_is_split_on_deal_when_some_copies_dealt_and_some_did_not():

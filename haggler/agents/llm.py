@@ -64,11 +64,14 @@ class HFAgent:
             self.sequence.cache, self.sequence.cached = None, 0
 
     def describe(self) -> dict[str, Any]:
+        # "prompt": the whole format this agent played, as resolved from its model card; the run's own settings
+        # record only what was asked for, and a trained model plays the format it was trained in
         return {**self.model.describe(), "temperature": self.temperature, "cues": self.settings.cues,
                 "slots": self.settings.slots,
                 "max_tokens": self.settings.reply_tokens if not self.settings.cues else
                 {"message": self.settings.message_tokens, "action": self.settings.action_tokens,
-                 "slot": self.settings.slot_tokens}}
+                 "slot": self.settings.slot_tokens},
+                "prompt": self.settings.model_dump()}
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
