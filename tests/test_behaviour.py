@@ -35,6 +35,25 @@ def test_a_deal_below_the_reservation_is_a_loss_even_when_the_buyer_closes_it():
     b = seller_behaviour(neg)
     assert b["loss_accepted"] is True and b["accepted_offer_utility"] is None
     assert b["opening_offer_utility"] == pytest.approx(0.2) and b["concession"] == 0.0
+    assert b["loss_by_own_offer"] is True and b["offers_below_no_deal"] == 1.0
+
+
+def test_losses_split_by_who_closed_them_and_offers_below_no_deal_are_counted_per_offer():
+    # rs 0.5. The seller offers ($30, red) = 0.8, then ($20, red) = 0.4 < 0.5: one of its two offers is below no deal.
+    # The buyer takes it: a loss by its own offer.
+    neg = play("seller", Offer((2, 0)), Offer((0, 0)), Offer((1, 0)), Accept(), rs=0.5)
+    b = seller_behaviour(neg)
+    assert b["offers_below_no_deal"] == pytest.approx(0.5) and b["seller_offers"] == 2
+    assert b["loss_accepted"] is True and b["loss_by_own_offer"] is True
+    # The seller accepts the buyer's ($10, blue) = 0.2: a loss, but not its own offer; its one offer, 0.8, is above
+    neg = play("seller", Offer((2, 0)), Offer((0, 1)), Accept(), rs=0.5)
+    b = seller_behaviour(neg)
+    assert b["loss_accepted"] is True and b["loss_by_own_offer"] is False and b["offers_below_no_deal"] == 0.0
+    # a tie is not below: ($30, red) = 0.8 at rs 0.8, taken, is neither a loss nor an offer below no deal
+    neg = play("seller", Offer((2, 0)), Accept(), rs=0.8)
+    assert neg.scenario.utility("seller", (2, 0)) == neg.scenario.seller.reservation  # a tie in floats too
+    b = seller_behaviour(neg)
+    assert b["offers_below_no_deal"] == 0.0 and b["loss_by_own_offer"] is False and b["loss_accepted"] is False
 
 
 def test_no_deal_walk_aways_and_a_seller_that_never_offered():
@@ -43,6 +62,7 @@ def test_no_deal_walk_aways_and_a_seller_that_never_offered():
     assert b["opening_offer_utility"] is None and b["concession"] is None and b["seller_offers"] == 0
     assert b["seller_walked_away"] and not b["buyer_walked_away"]
     assert b["turns_to_agreement"] is None and b["buyer_utility"] is None and b["loss_accepted"] is False
+    assert b["offers_below_no_deal"] is None and b["loss_by_own_offer"] is False
     b = seller_behaviour(play("seller", Offer((2, 1)), WalkAway()))
     assert b["buyer_walked_away"] and not b["seller_walked_away"]
 
@@ -66,8 +86,11 @@ def test_every_record_summary_and_report_carry_the_behaviour(tmp_path):
     (row,) = summarize(records)
     openings = [r.behaviour["opening_offer_utility"] for r in records]
     assert row.behaviour["opening_offer_utility"] == pytest.approx(sum(openings) / len(openings))
+    below = [r.behaviour["offers_below_no_deal"] for r in records]
+    assert row.behaviour["offers_below_no_deal"] == pytest.approx(sum(below) / len(below))
     build_report([out], tmp_path / "report", n_boot=200)
-    assert "## Seller behaviour" in (tmp_path / "report" / "report.md").read_text()
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Seller behaviour" in text and "losses by own offer" in text and "offers below no deal" in text
 
 
 def test_accept_rates_split_the_sellers_decisions_by_whether_the_offer_beat_no_deal():

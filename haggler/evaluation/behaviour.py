@@ -15,8 +15,9 @@ from haggler.core.types import Accept, Offer
 
 
 def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
-    """The seller's opening offer and concession (own utility), the utility of the offer it accepted, whether
-    it agreed to a deal below its reservation, how often it accepted offers worth less and more than no deal, who
+    """The seller's opening offer and concession (own utility), the share of its offers worth less than no deal,
+    the utility of the offer it accepted, whether it agreed to a deal below its reservation and whether that deal
+    was its own offer taken by the buyer, how often it accepted offers worth less and more than no deal, who
     walked away, turns to agreement, the buyer's utility."""
     scenario = negotiation.scenario
     own = scenario.seller.reservation
@@ -31,8 +32,11 @@ def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
         "opening_offer_utility": utilities[0] if utilities else None,
         "concession": utilities[0] - utilities[-1] if utilities else None,
         "seller_offers": len(utilities),
+        # An offer below its reservation is one the buyer may bind at once: a loss the seller proposed itself.
+        "offers_below_no_deal": sum(u < own for u in utilities) / len(utilities) if utilities else None,
         "accepted_offer_utility": accepted,
         "loss_accepted": seller_u is not None and seller_u < own,
+        "loss_by_own_offer": seller_u is not None and seller_u < own and not closed_by_seller,
         **accept_rates(negotiation),
         "seller_walked_away": negotiation.walked_away_by == "seller",
         "buyer_walked_away": negotiation.walked_away_by == "buyer",

@@ -69,7 +69,9 @@ def summarize(records: list[Record]) -> list[SummaryRow]:
 
 # What a change of score is made of, per seller and buyer: column title -> the records' behaviour key.
 BEHAVIOUR = {"opening offer": "opening_offer_utility", "concession": "concession",
+             "offers below no deal": "offers_below_no_deal",
              "accepted offer": "accepted_offer_utility", "losses": "loss_accepted",
+             "losses by own offer": "loss_by_own_offer",
              "accepts below no deal": "accepted_below_no_deal", "accepts above no deal": "accepted_above_no_deal",
              "seller walks": "seller_walked_away", "buyer walks": "buyer_walked_away",
              "turns to deal": "turns_to_agreement", "buyer utility (deals)": "buyer_utility"}
