@@ -148,7 +148,7 @@ def test_shipped_study_configs_load():
 def test_the_shipped_series_of_studies_resolves_to_what_was_run():
     """skill-study < groups-study < groups-study-fresh < epochs-study < temperature-study, and groups-study-fresh <
     repair-study < matched-study < outcome-study, batch-study, onpolicy-study, lowlr-study, verdict-study <
-    bigbatch-study: an edit to one file
+    bigbatch-study < bigbatch-seed1-study: an edit to one file
     changes the ones that extend it, and each of these was run as resolved here (README); this pins what each ran.
     The last two figures are the grid's and validation's temperatures: every study before temperature-study
     validated at its rollouts' 1.0, which is what a study's default (the evaluation's temperature) gives them."""
@@ -172,19 +172,22 @@ def test_the_shipped_series_of_studies_resolves_to_what_was_run():
     assert resolved("lowlr-study.yaml") == (40, 37, 10, 8, 16, 12, 8, 1.0, [1], 0.3, 0.3)
     assert resolved("verdict-study.yaml") == (40, 41, 10, 8, 16, 12, 8, 1.0, [1], 0.3, 0.3)
     assert resolved("bigbatch-study.yaml") == (40, 43, 10, 8, 32, 6, 8, 1.0, [1], 0.3, 0.3)
+    assert resolved("bigbatch-seed1-study.yaml") == (40, 43, 10, 8, 32, 6, 8, 1.0, [1], 0.3, 0.3)
     # what matched-study changes: the rollouts' temperature; outcome-study: the reward; batch-study: the advantages'
     # scale; onpolicy-study: the rollouts' temperature again; lowlr-study: the learning rate; verdict-study: the offer
-    # slots' marks; bigbatch-study: twice the groups a step at lr 1e-4. The tuple above holds none but the groups
+    # slots' marks; bigbatch-study: twice the groups a step at lr 1e-4; bigbatch-seed1-study: the training seed alone.
+    # The tuple above holds none but the groups
     names = ("repair-study.yaml", "matched-study.yaml", "outcome-study.yaml", "batch-study.yaml", "onpolicy-study.yaml",
-             "lowlr-study.yaml", "verdict-study.yaml", "bigbatch-study.yaml")
+             "lowlr-study.yaml", "verdict-study.yaml", "bigbatch-study.yaml", "bigbatch-seed1-study.yaml")
     arms = {n: next(iter(plan_arms(load_study(ROOT / "configs" / n))[1].values())) for n in names}
-    assert {n: (t.grpo.temperature, t.reward, t.grpo.scale_rewards, t.grpo.learning_rate, t.prompt.offer_verdict)
-            for n, t in arms.items()} == {
-        "repair-study.yaml": (1.0, "score", "group", 3e-4, False), "matched-study.yaml": (0.5, "score", "group", 3e-4, False),
-        "outcome-study.yaml": (0.5, "outcome", "group", 3e-4, False),
-        "batch-study.yaml": (0.5, "score", "batch", 3e-4, False), "onpolicy-study.yaml": (0.3, "score", "group", 3e-4, False),
-        "lowlr-study.yaml": (0.5, "score", "group", 1e-4, False), "verdict-study.yaml": (0.5, "score", "group", 3e-4, True),
-        "bigbatch-study.yaml": (0.5, "score", "group", 1e-4, True)}
+    assert {n: (t.grpo.temperature, t.reward, t.grpo.scale_rewards, t.grpo.learning_rate, t.prompt.offer_verdict,
+                t.grpo.seed) for n, t in arms.items()} == {
+        "repair-study.yaml": (1.0, "score", "group", 3e-4, False, 0), "matched-study.yaml": (0.5, "score", "group", 3e-4, False, 0),
+        "outcome-study.yaml": (0.5, "outcome", "group", 3e-4, False, 0),
+        "batch-study.yaml": (0.5, "score", "batch", 3e-4, False, 0), "onpolicy-study.yaml": (0.3, "score", "group", 3e-4, False, 0),
+        "lowlr-study.yaml": (0.5, "score", "group", 1e-4, False, 0), "verdict-study.yaml": (0.5, "score", "group", 3e-4, True, 0),
+        "bigbatch-study.yaml": (0.5, "score", "group", 1e-4, True, 0),
+        "bigbatch-seed1-study.yaml": (0.5, "score", "group", 1e-4, True, 1)}
 
 
 def test_validation_plays_at_the_evaluation_temperature_unless_the_training_file_sets_one(tmp_path):
