@@ -28,6 +28,7 @@ def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
     # An accept binds the counterpart's offer on the table, exactly: the deal is the offer the seller accepted.
     closed_by_seller = deal is not None and negotiation.turns[-1].speaker == "seller"
     accepted = seller_u if closed_by_seller else None
+    loss = seller_u is not None and seller_u < own
     return {
         "opening_offer_utility": utilities[0] if utilities else None,
         "concession": utilities[0] - utilities[-1] if utilities else None,
@@ -35,8 +36,8 @@ def seller_behaviour(negotiation: Negotiation) -> dict[str, Any]:
         # An offer below its reservation is one the buyer may bind at once: a loss the seller proposed itself.
         "offers_below_no_deal": sum(u < own for u in utilities) / len(utilities) if utilities else None,
         "accepted_offer_utility": accepted,
-        "loss_accepted": seller_u is not None and seller_u < own,
-        "loss_by_own_offer": seller_u is not None and seller_u < own and not closed_by_seller,
+        "loss_accepted": loss,
+        "loss_by_own_offer": loss and not closed_by_seller,
         **accept_rates(negotiation),
         "seller_walked_away": negotiation.walked_away_by == "seller",
         "buyer_walked_away": negotiation.walked_away_by == "buyer",

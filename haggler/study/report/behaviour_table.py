@@ -10,12 +10,10 @@ from haggler.evaluation.summary import BEHAVIOUR
 
 BEHAVIOUR_HEADER = ["arm", "buyer", *BEHAVIOUR]
 BEHAVIOUR_NOTE = ("Means over completed negotiations, in the seller's own utility: its first offer, its concession "
-                  "(first minus last offer), the share of its offers worth less than its reservation value, the offers it "
-                  "accepted; losses: deals below its reservation value, and those that were its own offer taken by the "
-                  "buyer; accepts "
-                  "below/above no deal: the share of the buyer's offers worth less/more than its reservation value "
-                  "that it accepted; "
-                  "walks: walk-aways by each side; buyer utility over deals.")
+                  "(first minus last offer), the share of its offers worth less than its reservation value, the offers "
+                  "it accepted; losses: deals below its reservation value, and those that were its own offer taken by "
+                  "the buyer; accepts below/above no deal: the share of the buyer's offers worth less/more than its "
+                  "reservation value that it accepted; walks: walk-aways by each side; buyer utility over deals.")
 
 
 def behaviour_rows(per_buyer: dict[str, dict[str, dict]], pooled: str) -> list[list[Any]]:
