@@ -345,6 +345,41 @@ def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp
         assert e["validation/loss_accepted"] == pytest.approx(sum(losses) / len(losses)) and offers
 
 
+def test_select_best_keeps_only_the_trained_weights_and_puts_the_best_steps_back(tmp_path, tokenizer):
+    """A LoRA run with ``select: best`` keeps copies of its adapters only, not of the frozen base (540 MB of the
+    demo's peak), and puts back the best step's adapters exactly. Step 1 is made the best by hand, so the weights
+    put back are not the last step's."""
+    pytest.importorskip("peft")
+    from haggler.training.callbacks import ValidationCallback
+    from haggler.training.recipe import restore_best
+
+    cfg = config(tmp_path, grpo={"max_steps": 2}, lora={"r": 4, "alpha": 8},
+                 validation={"n": 1, "seed": 3001, "eval_steps": 1, "select": "best", "bootstrap": 200})
+    trainer = build_trainer(cfg, biased_tiny_model(tokenizer), tokenizer)
+    callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ValidationCallback))
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    seen, play, evaluate = {}, callback.validator.play, callback.evaluate
+
+    def play_step_one_best(m, temperature, *a):
+        rows = play(m, temperature, *a)
+        return [{**r, "score": r["score"] + (10.0 if len(seen) == 1 else 0.0)} for r in rows]
+
+    def evaluate_and_keep(step):
+        summary = evaluate(step)
+        seen[step] = {n: p.detach().clone() for n, p in model.named_parameters() if n in trained}
+        assert set(callback.best[2]) == trained  # the adapters, nothing of the base
+        return summary
+
+    callback.validator.play, callback.evaluate = play_step_one_best, evaluate_and_keep
+    trainer.train()
+    assert sorted(seen) == [0, 1, 2] and trained and all("lora_" in n for n in trained)
+    assert any(not torch.equal(seen[1][n], seen[2][n]) for n in trained)  # step 2 moved the adapters
+    assert restore_best(trainer)["step"] == 1
+    now = dict(model.named_parameters())
+    assert all(torch.equal(now[n], seen[1][n]) for n in trained)
+
+
 def test_validation_plays_at_its_own_temperature_else_the_rollouts(tmp_path, tokenizer):
     """validation.temperature (here 0: greedy) is what every validation plays at, not the rollouts' 1.0; unset,
     validation samples as the rollouts do."""

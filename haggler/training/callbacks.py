@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import TrainerCallback
 
 from haggler.training.common import sampling_mode
@@ -63,8 +64,8 @@ class ValidationCallback(TrainerCallback):
             # metrics into this entry and leaves the training metrics of the step for its own log.
             trainer.log(dict(summary))
         if self.select == "best" and (self.best is None or summary["validation/score"] > self.best[0]):
-            weights = trainer.accelerator.unwrap_model(trainer.model).state_dict()
-            self.best = (summary["validation/score"], step, {k: v.detach().cpu().clone() for k, v in weights.items()})
+            self.best = None  # the step it replaces goes first: never two copies at once
+            self.best = (summary["validation/score"], step, trained_weights(accelerator.unwrap_model(trainer.model)))
         return summary
 
     def temperature(self, trainer: Any) -> float:
@@ -77,5 +78,16 @@ class ValidationCallback(TrainerCallback):
         if self.select != "best" or self.best is None:
             return None
         score, step, weights = self.best
-        self.trainer.accelerator.unwrap_model(self.trainer.model).load_state_dict(weights)
+        params = dict(self.trainer.accelerator.unwrap_model(self.trainer.model).named_parameters())
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value)
         return {"by": "validation score", "step": step, "score": score}
+
+
+def trained_weights(model: Any) -> dict[str, Any]:
+    """Copies of the parameters that training moves, all that ``select: best`` must keep of a step: a LoRA
+    policy's adapters (every parameter without LoRA). The frozen base stays out: the whole state of the demo's
+    135M model was 540 MB more held from step 0 to the end, the demo's peak memory. (Sampling merges the adapters
+    into the base and takes them out again, which moves a base weight by a rounding error at most.)"""
+    return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if p.requires_grad}
