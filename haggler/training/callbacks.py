@@ -88,6 +88,7 @@ class ValidationCallback(TrainerCallback):
 def trained_weights(model: Any) -> dict[str, Any]:
     """Copies of the parameters that training moves, all that ``select: best`` must keep of a step: a LoRA
     policy's adapters (every parameter without LoRA). The frozen base stays out: the whole state of the demo's
-    135M model was 540 MB more held from step 0 to the end, the demo's peak memory. (Sampling merges the adapters
-    into the base and takes them out again, which moves a base weight by a rounding error at most.)"""
+    135M model was 671 MB held from step 0 to the end, under the demo's peak; its adapters are 19.5 MB
+    (benchmarks/bench_select_best.py). (Sampling merges the adapters into the base and takes them out again,
+    which moves a base weight by a rounding error at most.)"""
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if p.requires_grad}
