@@ -175,8 +175,8 @@ def test_the_shipped_series_of_studies_resolves_to_what_was_run():
     assert resolved("bigbatch-seed1-study.yaml") == (40, 43, 10, 8, 32, 6, 8, 1.0, [1], 0.3, 0.3)
     # what matched-study changes: the rollouts' temperature; outcome-study: the reward; batch-study: the advantages'
     # scale; onpolicy-study: the rollouts' temperature again; lowlr-study: the learning rate; verdict-study: the offer
-    # slots' marks; bigbatch-study: twice the groups a step at lr 1e-4; bigbatch-seed1-study: the training seed alone.
-    # The tuple above holds none but the groups
+    # slots' marks; bigbatch-study: twice the groups a step at lr 1e-4; bigbatch-seed1-study: the training seed
+    # alone. The tuple above holds none of these but bigbatch-study's groups; this one holds them:
     names = ("repair-study.yaml", "matched-study.yaml", "outcome-study.yaml", "batch-study.yaml", "onpolicy-study.yaml",
              "lowlr-study.yaml", "verdict-study.yaml", "bigbatch-study.yaml", "bigbatch-seed1-study.yaml")
     arms = {n: next(iter(plan_arms(load_study(ROOT / "configs" / n))[1].values())) for n in names}

@@ -346,9 +346,9 @@ def test_validation_plays_the_held_out_set_at_step_zero_and_every_eval_steps(tmp
 
 
 def test_select_best_keeps_only_the_trained_weights_and_puts_the_best_steps_back(tmp_path, tokenizer):
-    """A LoRA run with ``select: best`` keeps copies of its adapters only, not of the frozen base (540 MB of the
-    demo's peak), and puts back the best step's adapters exactly. Step 1 is made the best by hand, so the weights
-    put back are not the last step's."""
+    """A LoRA run with ``select: best`` keeps copies of its adapters only, not of the frozen base (671 MB held
+    under the demo's peak), and puts back the best step's adapters exactly. Step 1 is made the best by hand, so
+    the weights put back are not the last step's."""
     pytest.importorskip("peft")
     from haggler.training.callbacks import ValidationCallback
     from haggler.training.recipe import restore_best
